@@ -1,0 +1,34 @@
+package consumer
+
+import "context"
+
+// Info describes the attempt a handler runs in.
+type Info struct {
+	Key     Key
+	Scope   string
+	Attempt int   // 1 for the first attempt; takeovers and retries count up
+	Fence   int64 // strictly larger for every later claim of the same record
+	// Unguarded: WithFailOpen ran this handler without a claim (the store was down);
+	// Attempt and Fence are 0.
+	Unguarded bool
+}
+
+type infoKey struct{}
+
+func withInfo(ctx context.Context, in Info) context.Context {
+	return context.WithValue(ctx, infoKey{}, in)
+}
+
+// InfoFromContext returns the attempt's key, attempt number and fence, inside a handler.
+func InfoFromContext(ctx context.Context) (Info, bool) {
+	in, ok := ctx.Value(infoKey{}).(Info)
+	return in, ok
+}
+
+// FenceFromContext returns the attempt's fence, inside a handler. Pass it to a store
+// that rejects stale writers (UPDATE ... SET fence = $1 WHERE id = $2 AND fence < $1),
+// so a worker whose claim was taken over cannot overwrite its successor's work.
+func FenceFromContext(ctx context.Context) (int64, bool) {
+	in, ok := InfoFromContext(ctx)
+	return in.Fence, ok && !in.Unguarded
+}

@@ -1,0 +1,195 @@
+package consumer
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"strconv"
+	"sync/atomic"
+	"time"
+)
+
+// ExecuteIdempotently runs fn at most once per key in the store's scope, however
+// many times the message carrying key is delivered, and says what happened:
+//
+//   - Success: fn ran now and its result is stored for duplicates.
+//   - Duplicate: the key was already done; Value is the stored result decoded (or
+//     Err the stored terminal error).
+//   - InProgress: another owner holds a live claim (see WithWaitInProgress).
+//   - Error: Err says why; errors.Is matches ErrPayloadConflict, ErrAttemptsExhausted,
+//     ErrLeaseLost, ErrStoreUnavailable, ErrPermanent, and the handler's own error.
+//
+// payload is fingerprinted (SHA-256) so that a key reused with another payload gives
+// ErrPayloadConflict (see WithFingerprint). fn finds its key, attempt and fence with
+// InfoFromContext; its context is cancelled, with a *LeaseLostError as the cause, if
+// its claim is lost while it runs, and then its result is not stored. A handler error
+// is retryable unless wrapped with Permanent. A panic in fn is recovered and recorded
+// as a retryable failure (ErrHandlerPanic).
+//
+// The claim and the completion are one Redis round trip each; the lease is renewed
+// in the background while fn runs.
+func ExecuteIdempotently[T any](ctx context.Context, store Store, key Key, payload []byte,
+	fn func(ctx context.Context) (T, error)) Result[T] {
+	if fn == nil {
+		return execute[T](ctx, store, []BatchItem{{Key: key, Payload: payload}}, nil, batchConfig{})[0]
+	}
+	h := func(ctx context.Context, _ int, _ BatchItem) (T, error) { return fn(ctx) }
+	return execute(ctx, store, []BatchItem{{Key: key, Payload: payload}}, h, batchConfig{})[0]
+}
+
+// owner tokens: a random per-process prefix and a counter, unique per attempt.
+var (
+	ownerPrefix = func() string {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		return hex.EncodeToString(b[:]) + "-"
+	}()
+	ownerSeq atomic.Uint64
+)
+
+func newOwner() string { return ownerPrefix + strconv.FormatUint(ownerSeq.Add(1), 36) }
+
+func fingerprint(payload []byte) string {
+	sum := sha256.Sum256(payload)
+	return hex.EncodeToString(sum[:])
+}
+
+// callHandler runs fn, turning a panic into a *PanicError.
+func callHandler[T any](ctx context.Context, fn BatchHandler[T], i int, it BatchItem) (v T, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = &PanicError{Value: p, Stack: debug.Stack()}
+		}
+	}()
+	return fn(ctx, i, it)
+}
+
+// resolve turns a reply that is not a claim into a result.
+func resolve[T any](s Settings, key Key, rep ClaimReply) Result[T] {
+	r := Result[T]{Key: key, Attempt: rep.Attempts, Fence: rep.Fence}
+	switch rep.Status {
+	case StatusCompleted:
+		r.Outcome = Duplicate
+		if rep.Dropped != "" {
+			r.ResultDropped = true
+			if n, err := strconv.Atoi(rep.Dropped); err == nil {
+				r.Err = &ResultTooLargeError{Size: n, Limit: s.MaxResultSize}
+			} else {
+				r.Err = fmt.Errorf("%w: the result could not be encoded when it was stored", ErrUndecodableResult)
+			}
+			return r
+		}
+		if err := s.Codec.Unmarshal(rep.Result, &r.Value); err != nil {
+			r.Err = fmt.Errorf("%w: key %q: %v", ErrUndecodableResult, string(key), err)
+		}
+	case StatusFailed:
+		r.Outcome = Duplicate
+		if rep.Permanent {
+			r.Err = &StoredError{Msg: rep.Message, permanent: true}
+		} else {
+			r.Err = &ExhaustedError{Attempts: rep.Attempts, Last: &StoredError{Msg: rep.Message}}
+		}
+	case StatusExhausted:
+		r.Outcome = Error
+		r.Err = &ExhaustedError{Attempts: rep.Attempts, Last: &StoredError{Msg: rep.Message}}
+	case StatusConflict:
+		r.Outcome = Error
+		r.Err = fmt.Errorf("%w: key %q", ErrPayloadConflict, string(key))
+	case StatusInProgress:
+		r.Outcome = InProgress
+		r.LeaseLeft = rep.Lease
+	default:
+		r.Outcome = Error
+		r.Err = fmt.Errorf("%w: unexpected claim status %v at key %q", ErrCorruptRecord, rep.Status, string(key))
+	}
+	return r
+}
+
+// settlement prepares the record of a finished handler; dropped says the result
+// was not kept.
+func settlement(s Settings, key Key, owner string, v any, herr error) (st Settlement, dropped bool) {
+	st = Settlement{Key: key, Owner: owner}
+	if herr != nil {
+		st.Permanent = errors.Is(herr, ErrPermanent)
+		st.Message = herr.Error()
+		return st, false
+	}
+	st.Complete = true
+	data, err := s.Codec.Marshal(v)
+	switch {
+	case err != nil:
+		s.Logger.Error("consumer: result not kept: it could not be encoded", "key", string(key), "err", err)
+		st.Dropped = "unencodable"
+	case len(data) > s.MaxResultSize:
+		s.Logger.Warn("consumer: result not kept: over the size limit", "key", string(key),
+			"size", len(data), "limit", s.MaxResultSize)
+		st.Dropped = strconv.Itoa(len(data))
+	default:
+		st.Result = data
+	}
+	return st, st.Dropped != ""
+}
+
+// settleRetries bounds how often a settlement is sent again when the store is unreachable.
+var settleDelays = []time.Duration{25 * time.Millisecond, 100 * time.Millisecond, 400 * time.Millisecond}
+
+// settle sends settlements, sending again those that met an unreachable store. It
+// does not use ctx's cancellation: a handler that ran must be recorded if at all possible.
+func settle(ctx context.Context, store Store, items []Settlement, timeout time.Duration) []SettleReply {
+	ctx = context.WithoutCancel(ctx)
+	out := make([]SettleReply, len(items))
+	idx := make([]int, len(items))
+	for i := range idx {
+		idx[i] = i
+	}
+	for try := 0; ; try++ {
+		batch := make([]Settlement, len(idx))
+		for j, i := range idx {
+			batch[j] = items[i]
+		}
+		cctx, cancel := context.WithTimeout(ctx, timeout)
+		reps := store.Settle(cctx, batch)
+		cancel()
+		var again []int
+		for j, i := range idx {
+			out[i] = reps[j]
+			if errors.Is(reps[j].Err, ErrStoreUnavailable) {
+				again = append(again, i)
+			}
+		}
+		if len(again) == 0 || try == len(settleDelays) {
+			return out
+		}
+		time.Sleep(settleDelays[try])
+		idx = again
+	}
+}
+
+// finishResult fills r from the handler's outcome and the store's answer.
+func finishResult[T any](r *Result[T], v T, herr error, rep SettleReply) {
+	switch {
+	case rep.Err != nil:
+		r.Outcome = Error
+		var ll *LeaseLostError
+		if errors.As(rep.Err, &ll) {
+			ll.Fence = r.Fence
+		}
+		if herr != nil {
+			r.Err = fmt.Errorf("%w (handler error: %w)", rep.Err, herr)
+		} else {
+			r.Err = rep.Err
+		}
+	case herr != nil:
+		r.Outcome = Error
+		r.Err = herr
+		if rep.Terminal && !errors.Is(herr, ErrPermanent) {
+			r.Err = &ExhaustedError{Attempts: r.Attempt, Last: herr}
+		}
+	default:
+		r.Outcome, r.Value = Success, v
+	}
+}

@@ -1,0 +1,149 @@
+package consumer
+
+import (
+	"log/slog"
+	"strings"
+	"time"
+)
+
+// Defaults of the options.
+const (
+	DefaultScope         = "default"
+	DefaultPrefix        = "idemkit"
+	DefaultLease         = 30 * time.Second
+	DefaultRetention     = 24 * time.Hour
+	DefaultMaxAttempts   = 5
+	DefaultMaxResultSize = 1 << 20
+
+	// MinLease is the shortest lease accepted: the lease is renewed every lease/3.
+	MinLease = 10 * time.Millisecond
+	// MinRetention is the shortest retention accepted.
+	MinRetention = time.Second
+	// MaxResultSizeLimit is the largest WithMaxResultSize accepted.
+	MaxResultSizeLimit = 256 << 20
+	maxScopeLen        = 128
+)
+
+// Settings are a store's resolved options. Read them with Store.Settings.
+type Settings struct {
+	Scope          string
+	Prefix         string
+	Lease          time.Duration
+	Retention      time.Duration
+	MaxAttempts    int
+	Fingerprint    bool
+	MaxResultSize  int
+	Codec          Codec
+	FailOpen       bool
+	WaitInProgress time.Duration
+	Logger         *slog.Logger
+}
+
+// Option configures a store. Every option states its default.
+type Option interface{ apply(*Settings) }
+
+type optFunc func(*Settings)
+
+func (f optFunc) apply(s *Settings) { f(s) }
+
+// WithScope sets the scope that keys live in: a service or consumer-group name. Two
+// scopes keep separate records for the same key. Default "default". It may not
+// contain '{' or '}' (they delimit the Redis Cluster hash tag).
+func WithScope(scope string) Option { return optFunc(func(s *Settings) { s.Scope = scope }) }
+
+// WithPrefix sets the Redis key prefix. Default "idemkit". It may not contain '{' or '}'.
+func WithPrefix(prefix string) Option { return optFunc(func(s *Settings) { s.Prefix = prefix }) }
+
+// WithLease sets how long a claim stays live without renewal. A running handler's
+// lease is renewed every lease/3; a crashed worker's claim is taken over once its
+// lease runs out. Default 30s, minimum 10ms. Keep it below the broker's redelivery
+// deadline.
+func WithLease(d time.Duration) Option { return optFunc(func(s *Settings) { s.Lease = d }) }
+
+// WithRetention sets how long completed and failed records are kept, so duplicates
+// arriving within it are recognised. Default 24h, minimum 1s.
+func WithRetention(d time.Duration) Option { return optFunc(func(s *Settings) { s.Retention = d }) }
+
+// WithMaxAttempts sets how many attempts a key gets (retryable failures and crashed
+// attempts count) before it fails for good with ErrAttemptsExhausted. Default 5.
+func WithMaxAttempts(n int) Option { return optFunc(func(s *Settings) { s.MaxAttempts = n }) }
+
+// WithFingerprint turns the payload fingerprint (SHA-256) on or off. When on, a key
+// reused with another payload gives ErrPayloadConflict. Default on.
+func WithFingerprint(on bool) Option { return optFunc(func(s *Settings) { s.Fingerprint = on }) }
+
+// WithMaxResultSize sets the largest encoded result kept for duplicates, in bytes.
+// Over it the operation is still recorded as done, the result is dropped, and
+// duplicates say so with ErrResultTooLarge. Default 1 MiB, at most 256 MiB.
+func WithMaxResultSize(n int) Option { return optFunc(func(s *Settings) { s.MaxResultSize = n }) }
+
+// WithCodec sets how results are encoded for storage. Default JSONCodec.
+func WithCodec(c Codec) Option { return optFunc(func(s *Settings) { s.Codec = c }) }
+
+// WithFailOpen makes an unreachable store run the handler unguarded (logged at Warn
+// on every run, Result.Unguarded set) instead of returning ErrStoreUnavailable.
+// Default off: fail closed, nothing runs unguarded.
+func WithFailOpen(on bool) Option { return optFunc(func(s *Settings) { s.FailOpen = on }) }
+
+// WithWaitInProgress makes an execution that finds another owner's live claim wait
+// up to d for that run to finish (then returning its DUPLICATE, or taking the key
+// over if the other owner dies) before returning IN_PROGRESS. Default 0: return
+// IN_PROGRESS at once.
+func WithWaitInProgress(d time.Duration) Option {
+	return optFunc(func(s *Settings) { s.WaitInProgress = d })
+}
+
+// WithLogger sets the logger. Default: logs are discarded.
+func WithLogger(l *slog.Logger) Option { return optFunc(func(s *Settings) { s.Logger = l }) }
+
+func newSettings(opts []Option) (Settings, error) {
+	s := Settings{
+		Scope:         DefaultScope,
+		Prefix:        DefaultPrefix,
+		Lease:         DefaultLease,
+		Retention:     DefaultRetention,
+		MaxAttempts:   DefaultMaxAttempts,
+		Fingerprint:   true,
+		MaxResultSize: DefaultMaxResultSize,
+		Codec:         JSONCodec{},
+	}
+	for _, o := range opts {
+		if o == nil {
+			return s, configError("nil option")
+		}
+		o.apply(&s)
+	}
+	if s.Logger == nil {
+		s.Logger = slog.New(slog.DiscardHandler)
+	}
+	return s, s.Validate()
+}
+
+// Validate reports the first setting that is out of range, saying what to change.
+func (s Settings) Validate() error {
+	switch {
+	case s.Scope == "":
+		return configError("empty scope: use WithScope with your service or consumer-group name")
+	case len(s.Scope) > maxScopeLen:
+		return configError("scope is %d bytes: WithScope takes at most %d", len(s.Scope), maxScopeLen)
+	case strings.ContainsAny(s.Scope, "{}"):
+		return configError("scope %q contains '{' or '}': remove them (they delimit the Redis Cluster hash tag)", s.Scope)
+	case s.Prefix == "":
+		return configError("empty prefix: omit WithPrefix for the default %q", DefaultPrefix)
+	case strings.ContainsAny(s.Prefix, "{}"):
+		return configError("prefix %q contains '{' or '}': remove them (they delimit the Redis Cluster hash tag)", s.Prefix)
+	case s.Lease < MinLease || s.Lease%time.Millisecond != 0:
+		return configError("lease %v: WithLease takes a whole number of milliseconds, at least %v", s.Lease, MinLease)
+	case s.Retention < MinRetention || s.Retention%time.Millisecond != 0:
+		return configError("retention %v: WithRetention takes a whole number of milliseconds, at least %v", s.Retention, MinRetention)
+	case s.MaxAttempts < 1:
+		return configError("max attempts %d: WithMaxAttempts takes at least 1", s.MaxAttempts)
+	case s.MaxResultSize < 1 || s.MaxResultSize > MaxResultSizeLimit:
+		return configError("max result size %d: WithMaxResultSize takes 1 to %d bytes", s.MaxResultSize, MaxResultSizeLimit)
+	case s.Codec == nil:
+		return configError("nil codec: omit WithCodec for JSON")
+	case s.WaitInProgress < 0:
+		return configError("wait %v: WithWaitInProgress takes 0 (off) or more", s.WaitInProgress)
+	}
+	return nil
+}

@@ -1,0 +1,175 @@
+package consumer
+
+import (
+	"context"
+	"time"
+
+	"github.com/idemkit/idemkit/lua"
+	"github.com/redis/go-redis/v9"
+)
+
+// RedisStore keeps records in Redis, changed only by the scripts of package lua.
+// It works with any go-redis UniversalClient: a single server, a Sentinel-managed
+// primary (redis.NewFailoverClient) or a Redis Cluster. It is safe for concurrent use.
+type RedisStore struct {
+	s      Settings
+	runner *lua.Runner
+}
+
+var _ Store = (*RedisStore)(nil)
+
+// NewRedisStore returns a store on client. It checks the options and fails with
+// ErrInvalidConfig when one is out of range; it does not contact Redis (scripts are
+// loaded on first use and reloaded whenever the server has lost them).
+func NewRedisStore(client redis.UniversalClient, opts ...Option) (*RedisStore, error) {
+	if client == nil {
+		return nil, configError("nil Redis client: pass a *redis.Client, *redis.ClusterClient or redis.NewUniversalClient(...)")
+	}
+	s, err := newSettings(opts)
+	if err != nil {
+		return nil, err
+	}
+	return &RedisStore{s: s, runner: lua.NewRunner(client)}, nil
+}
+
+// Settings returns the store's resolved options.
+func (r *RedisStore) Settings() Settings { return r.s }
+
+// Load loads the scripts into Redis (on every primary of a cluster) ahead of the
+// first call. Optional: scripts are loaded on demand too.
+func (r *RedisStore) Load(ctx context.Context) error {
+	if err := r.runner.Load(ctx); err != nil {
+		return &StoreError{Op: "load", Err: err}
+	}
+	return nil
+}
+
+// RecordKey is the Redis key of key's record: <prefix>:{<scope>:<key>}.
+func (r *RedisStore) RecordKey(key Key) string {
+	return r.s.Prefix + ":{" + r.s.Scope + ":" + string(key) + "}"
+}
+
+// Begin claims records, in one round trip.
+func (r *RedisStore) Begin(ctx context.Context, claims []Claim) []ClaimReply {
+	items := make([]lua.BeginItem, len(claims))
+	for i, c := range claims {
+		items[i] = lua.BeginItem{Key: r.RecordKey(c.Key), Owner: c.Owner, Fingerprint: c.Fingerprint}
+	}
+	args := lua.BeginArgs{Lease: r.s.Lease, Retention: r.s.Retention, MaxAttempts: r.s.MaxAttempts}
+	out := make([]ClaimReply, len(claims))
+	for i, rep := range r.runner.Begin(ctx, args, items) {
+		out[i] = claimReply(claims[i].Key, rep)
+	}
+	return out
+}
+
+func claimReply(key Key, rep lua.BeginReply) ClaimReply {
+	if rep.Err != nil {
+		return ClaimReply{Err: &StoreError{Op: "begin", Err: rep.Err}}
+	}
+	c := ClaimReply{Fence: rep.Fence, Attempts: rep.Attempts, Lease: millis(rep.Millis)}
+	switch rep.Code {
+	case lua.Acquired:
+		c.Status = StatusAcquired
+	case lua.TakenOver:
+		c.Status = StatusTakenOver
+	case lua.InProgress:
+		c.Status = StatusInProgress
+	case lua.Duplicate:
+		c.Status, c.Result, c.Dropped = StatusCompleted, []byte(rep.Data), rep.Flag
+	case lua.Failed:
+		c.Status, c.Message, c.Permanent = StatusFailed, rep.Data, rep.Flag != "x"
+	case lua.Exhausted:
+		c.Status, c.Message = StatusExhausted, rep.Data
+	case lua.Conflict:
+		c.Status = StatusConflict
+	default:
+		c.Err = &CorruptRecordError{Key: key, Reason: rep.Data}
+	}
+	return c
+}
+
+// Settle completes or fails claimed records, in one round trip.
+func (r *RedisStore) Settle(ctx context.Context, items []Settlement) []SettleReply {
+	in := make([]lua.SettleItem, len(items))
+	for i, it := range items {
+		in[i] = lua.SettleItem{
+			Key: r.RecordKey(it.Key), Owner: it.Owner, Complete: it.Complete, Result: it.Result,
+			Dropped: it.Dropped, Permanent: it.Permanent, Message: it.Message,
+		}
+	}
+	args := lua.SettleArgs{Retention: r.s.Retention, MaxAttempts: r.s.MaxAttempts}
+	out := make([]SettleReply, len(items))
+	for i, rep := range r.runner.Settle(ctx, args, in) {
+		op := "complete"
+		if !items[i].Complete {
+			op = "fail"
+		}
+		out[i].Terminal = rep.Ack == lua.AckTerminal
+		out[i].Err = ackErr(op, items[i].Key, 0, rep)
+	}
+	return out
+}
+
+// Extend renews the leases of running attempts, in one round trip.
+func (r *RedisStore) Extend(ctx context.Context, items []Owned) []error {
+	return r.owned(ctx, "extend", items)
+}
+
+// Release gives claims back without a result, in one round trip.
+func (r *RedisStore) Release(ctx context.Context, items []Owned) []error {
+	return r.owned(ctx, "release", items)
+}
+
+func (r *RedisStore) owned(ctx context.Context, op string, items []Owned) []error {
+	in := make([]lua.OwnedKey, len(items))
+	for i, it := range items {
+		in[i] = lua.OwnedKey{Key: r.RecordKey(it.Key), Owner: it.Owner}
+	}
+	var reps []lua.AckReply
+	if op == "extend" {
+		reps = r.runner.Extend(ctx, r.s.Lease, r.s.Retention, in)
+	} else {
+		reps = r.runner.Release(ctx, r.s.Retention, in)
+	}
+	out := make([]error, len(items))
+	for i, rep := range reps {
+		out[i] = ackErr(op, items[i].Key, items[i].Fence, rep)
+	}
+	return out
+}
+
+func ackErr(op string, key Key, fence int64, rep lua.AckReply) error {
+	switch {
+	case rep.Err != nil:
+		return &StoreError{Op: op, Err: rep.Err}
+	case rep.Ack == lua.AckLeaseLost:
+		return &LeaseLostError{Key: key, Fence: fence, Reason: op + ": the claim belongs to another owner or has ended"}
+	case rep.Ack == lua.AckCorrupt:
+		return &CorruptRecordError{Key: key, Reason: "key holds a value that is not an idemkit record"}
+	}
+	return nil
+}
+
+// Peek reads one record without changing it.
+func (r *RedisStore) Peek(ctx context.Context, key Key) (Record, error) {
+	if err := key.Validate(); err != nil {
+		return Record{}, err
+	}
+	rec, err := r.runner.Peek(ctx, r.RecordKey(key))
+	if err != nil {
+		return Record{}, &StoreError{Op: "peek", Err: err}
+	}
+	if rec.Corrupt {
+		return Record{Key: key, Found: true}, &CorruptRecordError{Key: key, Reason: rec.Reason}
+	}
+	return Record{
+		Key: key, Found: rec.Found, State: rec.State, Owner: rec.Owner, Fence: rec.Fence,
+		Attempts: rec.Attempts, Fingerprint: rec.Fingerprint, LeaseUntil: rec.LeaseUntil,
+		Result: []byte(rec.Result), Dropped: rec.Dropped, Error: rec.Error,
+		Permanent: rec.State == "failed" && rec.Kind != "x",
+		Created:   rec.Created, Updated: rec.Updated, Now: rec.Now, TTL: rec.TTL,
+	}, nil
+}
+
+func millis(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }

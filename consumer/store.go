@@ -1,0 +1,133 @@
+package consumer
+
+import (
+	"context"
+	"time"
+)
+
+// Store keeps idempotency records. Two implementations ship: RedisStore (the real
+// one, on the Lua scripts of package lua) and MemoryStore (same semantics, one
+// process). Package consumertest holds the conformance suite every Store must pass.
+//
+// Every method takes a batch and answers item by item, in input order; a failure to
+// reach the store shows in each item's Err as a *StoreError. Transitions are
+// compare-and-set on the owner token, as DESIGN section 3 describes.
+type Store interface {
+	// Settings returns the store's resolved options.
+	Settings() Settings
+	// Begin claims records, in one round trip.
+	Begin(ctx context.Context, claims []Claim) []ClaimReply
+	// Settle completes or fails claimed records, in one round trip.
+	Settle(ctx context.Context, items []Settlement) []SettleReply
+	// Extend renews the leases of running attempts. An item's error is ErrLeaseLost
+	// (as a *LeaseLostError) when the claim is no longer the owner's.
+	Extend(ctx context.Context, items []Owned) []error
+	// Release gives claims back without a result; the abandoned attempt is not counted.
+	Release(ctx context.Context, items []Owned) []error
+	// Peek reads one record without changing it.
+	Peek(ctx context.Context, key Key) (Record, error)
+}
+
+// Claim asks to begin an attempt on Key.
+type Claim struct {
+	Key         Key
+	Owner       string // owner token of the new attempt (random per attempt)
+	Fingerprint string // payload fingerprint, "" when fingerprinting is off
+}
+
+// ClaimStatus is what Begin found at a key.
+type ClaimStatus int
+
+// Claim statuses (DESIGN section 3).
+const (
+	StatusAcquired   ClaimStatus = iota + 1 // claimed: no record, or a retry record
+	StatusTakenOver                         // claimed: the previous owner's lease had expired
+	StatusInProgress                        // another owner holds a live lease
+	StatusCompleted                         // done: Result holds the stored result
+	StatusFailed                            // failed for good: Message holds the stored error
+	StatusExhausted                         // the last attempt was used: now failed
+	StatusConflict                          // the stored fingerprint differs
+)
+
+var statusNames = [...]string{"", "ACQUIRED", "TAKEN_OVER", "IN_PROGRESS", "COMPLETED", "FAILED", "EXHAUSTED", "CONFLICT"}
+
+func (s ClaimStatus) String() string {
+	if s > 0 && int(s) < len(statusNames) {
+		return statusNames[s]
+	}
+	return "UNKNOWN"
+}
+
+// ClaimReply is Begin's answer for one claim.
+type ClaimReply struct {
+	Status   ClaimStatus
+	Fence    int64
+	Attempts int
+	// Lease is the lease granted (Acquired, TakenOver) or left to the other owner (InProgress).
+	Lease time.Duration
+	// Result is the stored result (Completed); Dropped is "" when it was kept, the
+	// decimal size of a result too large to keep, or "unencodable".
+	Result  []byte
+	Dropped string
+	// Message is the stored error text (Failed, Exhausted); Permanent says whether the
+	// failure was permanent (else attempts were exhausted).
+	Message   string
+	Permanent bool
+	// Err is set when the claim could not be decided: a *StoreError or a *CorruptRecordError.
+	Err error
+}
+
+// Claimed reports whether the caller now owns the attempt.
+func (r ClaimReply) Claimed() bool {
+	return r.Err == nil && (r.Status == StatusAcquired || r.Status == StatusTakenOver)
+}
+
+// Settlement finishes one claimed attempt.
+type Settlement struct {
+	Key   Key
+	Owner string
+	// Complete stores Result (and Dropped, see ClaimReply). Otherwise the failure is
+	// recorded: Permanent fails the key for good; a retryable failure leaves it to
+	// the next delivery unless it was the last allowed attempt.
+	Complete  bool
+	Result    []byte
+	Dropped   string
+	Permanent bool
+	Message   string
+}
+
+// SettleReply is Settle's answer for one item.
+type SettleReply struct {
+	// Terminal: a failure left the record failed for good (permanent, or last attempt).
+	Terminal bool
+	// Err is a *LeaseLostError when the attempt no longer owned the claim, a
+	// *StoreError or a *CorruptRecordError.
+	Err error
+}
+
+// Owned names a claim by key and owner token.
+type Owned struct {
+	Key   Key
+	Owner string
+	Fence int64 // for error messages only
+}
+
+// Record is a snapshot of one record, for inspection.
+type Record struct {
+	Key         Key
+	Found       bool
+	State       string // started, completed, failed, retry
+	Owner       string
+	Fence       int64
+	Attempts    int
+	Fingerprint string
+	LeaseUntil  time.Time // zero when no attempt runs
+	Result      []byte
+	Dropped     string
+	Error       string
+	Permanent   bool
+	Created     time.Time
+	Updated     time.Time
+	Now         time.Time     // the store's clock at the read
+	TTL         time.Duration // time to live left; -1 when the record has none
+}

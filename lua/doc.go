@@ -1,0 +1,30 @@
+// Package lua is the Redis side of idemkit's state machine: one embedded Lua script
+// per transition (begin, complete, fail, extend, release, peek), one Go handle per
+// script, and the decoding of their replies into typed values.
+//
+// Nothing else in the module changes idemkit's Redis state: the consumer package's
+// Redis store calls the functions here. Every transition is one script, so no Go code
+// ever does check-then-set; every script reads the Redis server's clock (TIME), so
+// all workers share one clock for leases.
+//
+// Scripts take several records per call so that a batch costs one call per hash slot
+// group: on a single Redis server (or Sentinel-managed primary) a whole batch is one
+// call; on Redis Cluster the records of one call share a hash slot, and the calls of
+// one batch travel in one pipeline that go-redis splits per node. Scripts are run with
+// EVALSHA and reloaded when the server answers NOSCRIPT, inside pipelines too (go-redis
+// does not fall back to EVAL there).
+//
+// Record layout (a hash at <prefix>:{<scope>:<key>}):
+//
+//	s  state: started, completed, failed, retry
+//	o  owner token of the current attempt
+//	f  fence, +1 on every claim or takeover
+//	a  attempts counted so far
+//	p  payload fingerprint ('' when fingerprinting is off)
+//	l  lease deadline, Redis server time in ms (0 when not running)
+//	r  encoded result (completed)
+//	d  '' or the size of a result too large to keep (completed)
+//	e  error text (failed, retry)
+//	k  failure kind: 'p' permanent, 'x' attempts exhausted (failed)
+//	c  created, u  updated: Redis server time in ms
+package lua

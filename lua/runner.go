@@ -1,0 +1,152 @@
+package lua
+
+import (
+	"context"
+	"errors"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// maxRecordsPerCall bounds how many records one script call touches, so one batch
+// never holds the Redis event loop for long.
+const maxRecordsPerCall = 512
+
+type grouping int
+
+const (
+	groupNone grouping = iota // one server: every record may go in one call
+	groupSlot                 // Redis Cluster: one call per hash slot
+	groupTag                  // Ring and unknown clients: one call per hash tag
+)
+
+// Runner runs the scripts against one go-redis client. It is safe for concurrent use.
+type Runner struct {
+	c    redis.UniversalClient
+	mode grouping
+}
+
+// NewRunner returns a Runner for c: a *redis.Client (single server or Sentinel
+// failover), a *redis.ClusterClient or a *redis.Ring. Records are grouped into calls
+// so that all keys of one call share a hash slot wherever the client shards.
+func NewRunner(c redis.UniversalClient) *Runner {
+	r := &Runner{c: c, mode: groupTag}
+	switch c.(type) {
+	case *redis.Client:
+		r.mode = groupNone
+	case *redis.ClusterClient:
+		r.mode = groupSlot
+	}
+	return r
+}
+
+// Load loads every script (on every primary of a cluster) so that the first calls
+// need no reload.
+func (r *Runner) Load(ctx context.Context) error {
+	for _, s := range All() {
+		if err := r.c.ScriptLoad(ctx, s.src).Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+type call struct {
+	script *Script
+	keys   []string
+	args   []any
+}
+
+type reply struct {
+	val any
+	err error
+}
+
+// groups splits the indexes of keys into call groups, each in input order and at
+// most maxRecordsPerCall long.
+func (r *Runner) groups(keys []string) [][]int {
+	var out [][]int
+	if r.mode == groupNone {
+		for lo := 0; lo < len(keys); lo += maxRecordsPerCall {
+			hi := min(lo+maxRecordsPerCall, len(keys))
+			g := make([]int, 0, hi-lo)
+			for i := lo; i < hi; i++ {
+				g = append(g, i)
+			}
+			out = append(out, g)
+		}
+		return out
+	}
+	at := make(map[any]int)
+	for i, k := range keys {
+		var id any = HashTag(k)
+		if r.mode == groupSlot {
+			id = Slot(k)
+		}
+		gi, ok := at[id]
+		if !ok || len(out[gi]) >= maxRecordsPerCall {
+			gi = len(out)
+			at[id] = gi
+			out = append(out, nil)
+		}
+		out[gi] = append(out[gi], i)
+	}
+	return out
+}
+
+// maxReloads bounds how often one exec reloads scripts that a concurrent SCRIPT
+// FLUSH keeps removing.
+const maxReloads = 5
+
+// exec runs calls in one round trip (one pipeline; a single call goes alone) and
+// reloads scripts the server does not know, then runs those calls again. A call
+// answered NOSCRIPT did not run, so running it again is safe.
+func (r *Runner) exec(ctx context.Context, calls []call) []reply {
+	out := make([]reply, len(calls))
+	if len(calls) == 1 {
+		c := calls[0]
+		v, err := r.c.EvalSha(ctx, c.script.Hash(), c.keys, c.args...).Result()
+		if isNoScript(err) {
+			v, err = r.c.Eval(ctx, c.script.src, c.keys, c.args...).Result()
+		}
+		out[0] = reply{v, err}
+		return out
+	}
+	pending := make([]int, len(calls))
+	for i := range pending {
+		pending[i] = i
+	}
+	for round := 0; len(pending) > 0; round++ {
+		pipe := r.c.Pipeline()
+		cmds := make([]*redis.Cmd, len(pending))
+		for j, i := range pending {
+			c := calls[i]
+			cmds[j] = pipe.EvalSha(ctx, c.script.Hash(), c.keys, c.args...)
+		}
+		_, _ = pipe.Exec(ctx) // every command carries its own error
+		var again []int
+		load := make(map[*Script]bool)
+		for j, i := range pending {
+			v, err := cmds[j].Result()
+			if isNoScript(err) && round < maxReloads {
+				again = append(again, i)
+				load[calls[i].script] = true
+				continue
+			}
+			out[i] = reply{v, err}
+		}
+		for s := range load {
+			if err := r.c.ScriptLoad(ctx, s.src).Err(); err != nil {
+				for _, i := range again {
+					out[i] = reply{nil, err}
+				}
+				return out
+			}
+		}
+		pending = again
+	}
+	return out
+}
+
+func isNoScript(err error) bool {
+	return err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT"))
+}
