@@ -156,7 +156,10 @@ func (m *MemoryStore) Settle(ctx context.Context, items []Settlement) []SettleRe
 			out[i].Err = &LeaseLostError{Key: it.Key, Reason: "settle: the claim belongs to another owner or has ended"}
 			continue
 		}
-		r.lease, r.updated, r.expires = 0, now, now+ret
+		if r.lease <= now { // settled after the lease ran out: the retention starts now
+			r.expires = now + ret
+		}
+		r.lease, r.updated = 0, now
 		switch {
 		case it.Complete:
 			r.state, r.result, r.dropped = "completed", append([]byte(nil), it.Result...), it.Dropped

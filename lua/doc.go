@@ -21,10 +21,14 @@
 //	f  fence, +1 on every claim or takeover
 //	a  attempts counted so far
 //	p  payload fingerprint ('' when fingerprinting is off)
-//	l  lease deadline, Redis server time in ms (0 when not running)
+//	l  lease deadline, Redis server time in ms (meaningful while started)
 //	r  encoded result (completed)
 //	d  '' or the size of a result too large to keep (completed)
 //	e  error text (failed, retry)
 //	k  failure kind: 'p' permanent, 'x' attempts exhausted (failed)
-//	c  created, u  updated: Redis server time in ms
+//	c  created, u  updated (absent until the first change): Redis server time in ms
+//
+// TTL: a claim sets lease + retention and every renewal sets it again, so a record
+// completed or failed within its lease is kept at least the retention; one settled
+// after its lease ran out gets the retention from then.
 package lua

@@ -6,6 +6,7 @@
 -- ARGV[3+3(i-1)] owner token, ARGV[4+3(i-1)] mode ('p' permanent, 'r' retryable),
 -- ARGV[5+3(i-1)] error text
 --
+-- The TTL is left as the claim set it unless the lease has run out (see complete.lua).
 -- A retryable failure moves the record to 'retry', or to 'failed' (kind 'x') when
 -- it was the last allowed attempt; a permanent one moves it to 'failed' (kind 'p').
 -- Returns one code per key: 1 OK (retry), 2 LEASE_LOST, 3 FAILED (terminal), 8 CORRUPT.
@@ -17,22 +18,24 @@ local out = {}
 
 for i, key in ipairs(KEYS) do
   local base = 3 * (i - 1)
-  local rec = redis.pcall('HMGET', key, 's', 'o', 'a')
+  local rec = redis.pcall('HMGET', key, 's', 'o', 'a', 'l')
   if rec.err then
     out[i] = 8
   elseif rec[1] == 'started' and rec[2] == ARGV[3 + base] then
     local attempts = tonumber(rec[3]) or maxAttempts
     if ARGV[4 + base] == 'p' then
-      redis.call('HSET', key, 's', 'failed', 'k', 'p', 'e', ARGV[5 + base], 'l', 0, 'u', now)
+      redis.call('HSET', key, 's', 'failed', 'k', 'p', 'e', ARGV[5 + base], 'u', now)
       out[i] = 3
     elseif attempts >= maxAttempts then
-      redis.call('HSET', key, 's', 'failed', 'k', 'x', 'e', ARGV[5 + base], 'l', 0, 'u', now)
+      redis.call('HSET', key, 's', 'failed', 'k', 'x', 'e', ARGV[5 + base], 'u', now)
       out[i] = 3
     else
-      redis.call('HSET', key, 's', 'retry', 'e', ARGV[5 + base], 'l', 0, 'u', now)
+      redis.call('HSET', key, 's', 'retry', 'e', ARGV[5 + base], 'u', now)
       out[i] = 1
     end
-    redis.call('PEXPIRE', key, retention)
+    if (tonumber(rec[4]) or 0) <= now then
+      redis.call('PEXPIRE', key, retention) -- the claim's TTL no longer covers the retention
+    end
   else
     out[i] = 2
   end

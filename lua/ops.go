@@ -79,47 +79,67 @@ func (r *Runner) Begin(ctx context.Context, a BeginArgs, items []BeginItem) []Be
 	out := make([]BeginReply, len(items))
 	for gi, rep := range r.exec(ctx, calls) {
 		g := groups[gi]
-		rows, err := rowsOf(rep, len(g))
-		for j, i := range g {
-			if err != nil {
-				out[i].Err = err
-				continue
+		err := rep.err
+		if err == nil {
+			err = parseBegin(rep.val, g, out)
+		}
+		if err != nil {
+			for _, i := range g {
+				out[i] = BeginReply{Err: err}
 			}
-			out[i] = parseBegin(rows[j])
 		}
 	}
 	return out
 }
 
-func parseBegin(v any) BeginReply {
-	row, ok := v.([]any)
-	if !ok || len(row) < 4 {
-		return BeginReply{Err: fmt.Errorf("lua: begin: malformed reply %v", v)}
+// parseBegin reads the begin script's flat reply: one row per key, whose length
+// its code gives (see begin.lua).
+func parseBegin(v any, g []int, out []BeginReply) error {
+	flat, ok := v.([]any)
+	if !ok {
+		return fmt.Errorf("lua: begin: malformed reply %T", v)
 	}
-	var b BeginReply
-	var code int64
-	var errs [4]error
-	code, errs[0] = asInt(row[0])
-	b.Fence, errs[1] = asInt(row[1])
-	att, e2 := asInt(row[2])
-	b.Millis, errs[3] = asInt(row[3])
-	errs[2] = e2
-	for _, e := range errs {
-		if e != nil {
-			return BeginReply{Err: fmt.Errorf("lua: begin: %w", e)}
+	pos := 0
+	next := func() (int64, error) {
+		if pos >= len(flat) {
+			return 0, fmt.Errorf("lua: begin: reply too short for %d keys", len(g))
 		}
+		pos++
+		return asInt(flat[pos-1])
 	}
-	b.Code, b.Attempts = Code(code), int(att)
-	if len(row) > 4 {
-		b.Data, _ = row[4].(string)
+	text := func() string {
+		if pos >= len(flat) {
+			return ""
+		}
+		pos++
+		s, _ := flat[pos-1].(string)
+		return s
 	}
-	if len(row) > 5 {
-		b.Flag, _ = row[5].(string)
+	for _, i := range g {
+		var vals [4]int64
+		for f := range vals {
+			n, err := next()
+			if err != nil {
+				return fmt.Errorf("lua: begin: %w", err)
+			}
+			vals[f] = n
+		}
+		b := BeginReply{Code: Code(vals[0]), Fence: vals[1], Attempts: int(vals[2]), Millis: vals[3]}
+		switch b.Code {
+		case Acquired, TakenOver, InProgress, Conflict:
+		case Duplicate, Failed:
+			b.Data, b.Flag = text(), text()
+		case Exhausted, Corrupt:
+			b.Data = text()
+		default:
+			return fmt.Errorf("lua: begin: unknown code %d", vals[0])
+		}
+		out[i] = b
 	}
-	if b.Code < Acquired || b.Code > Corrupt {
-		return BeginReply{Err: fmt.Errorf("lua: begin: unknown code %d", code)}
+	if pos != len(flat) {
+		return fmt.Errorf("lua: begin: %d unread values in the reply", len(flat)-pos)
 	}
-	return b
+	return nil
 }
 
 // SettleArgs are the settings shared by one settle call.

@@ -91,12 +91,13 @@ func (rec *Record) parse() {
 		return
 	}
 	rec.Dropped = f["d"]
-	if ms, _ := strconv.ParseInt(f["l"], 10, 64); ms > 0 {
+	if ms, _ := strconv.ParseInt(f["l"], 10, 64); ms > 0 && rec.State == "started" {
 		rec.LeaseUntil = time.UnixMilli(ms)
 	}
 	if ms, _ := strconv.ParseInt(f["c"], 10, 64); ms > 0 {
 		rec.Created = time.UnixMilli(ms)
 	}
+	rec.Updated = rec.Created
 	if ms, _ := strconv.ParseInt(f["u"], 10, 64); ms > 0 {
 		rec.Updated = time.UnixMilli(ms)
 	}

@@ -102,9 +102,15 @@ func (s *Server) Client(t testing.TB) *redis.Client {
 	return c
 }
 
+// StartRedis starts a private redis-server outside a test (benchmarks, tools);
+// stop it with Close. extra are further redis-server arguments.
+func StartRedis(extra ...string) (*Server, error) { return startRedis(extra) }
+
+// Close stops the server and removes its files.
+func (s *Server) Close() { s.kill() }
+
 func startRedis(extra []string) (*Server, error) {
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
+	if _, err := exec.LookPath("redis-server"); err != nil {
 		return nil, err
 	}
 	dir, err := os.MkdirTemp("", "idemkit-redis-")
@@ -118,7 +124,6 @@ func startRedis(extra []string) (*Server, error) {
 	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, dir: dir}
 	s.args = append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "",
 		"--appendonly", "no", "--dir", dir, "--protected-mode", "no"}, extra...)
-	_ = bin
 	if err := s.Start(); err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err
