@@ -49,7 +49,7 @@ func Permanent(err error) error {
 	return &PermanentError{Err: err}
 }
 
-func (e *PermanentError) Error() string   { return "permanent: " + e.Err.Error() }
+func (e *PermanentError) Error() string   { return e.Err.Error() }
 func (e *PermanentError) Unwrap() []error { return []error{ErrPermanent, e.Err} }
 
 // StoreError says which store operation failed and why. It matches ErrStoreUnavailable.

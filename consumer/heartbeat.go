@@ -38,6 +38,8 @@ type beat struct {
 func startHeartbeat(ctx context.Context, store Store, lease time.Duration, items []*beat) *heartbeat {
 	h := &heartbeat{store: store, lease: lease, interval: lease / 3, items: items}
 	ctx = context.WithoutCancel(ctx)
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	h.timer = time.AfterFunc(h.interval, func() { h.tick(ctx) })
 	return h
 }

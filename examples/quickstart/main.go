@@ -69,7 +69,7 @@ type queue struct {
 }
 
 func (q *queue) publish(ev event) { q.outstanding.Add(1); q.ch <- delivery{ev: ev, attempt: 1} }
-func (q *queue) ack()            { q.outstanding.Done() }
+func (q *queue) ack()             { q.outstanding.Done() }
 func (q *queue) retryLater(d delivery, after time.Duration) {
 	d.attempt++
 	time.AfterFunc(after, func() { q.ch <- d })

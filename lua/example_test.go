@@ -1,0 +1,41 @@
+package lua_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/idemkit/idemkit/lua"
+	"github.com/redis/go-redis/v9"
+)
+
+// The scripts claim, complete and read records; the consumer package drives them.
+func Example() {
+	srv, _ := miniredis.Run() // any Redis; an in-process one keeps the example self-contained
+	defer srv.Close()
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer c.Close()
+	r := lua.NewRunner(c)
+	ctx := context.Background()
+
+	args := lua.BeginArgs{Lease: 30 * time.Second, Retention: time.Hour, MaxAttempts: 5}
+	claim := r.Begin(ctx, args, []lua.BeginItem{{Key: "idemkit:{payments:order-42}", Owner: "worker-1"}})[0]
+	fmt.Println("claim:", claim.Code == lua.Acquired, "fence", claim.Fence)
+
+	again := r.Begin(ctx, args, []lua.BeginItem{{Key: "idemkit:{payments:order-42}", Owner: "worker-2"}})[0]
+	fmt.Println("second claim in progress:", again.Code == lua.InProgress)
+
+	ack := r.Settle(ctx, lua.SettleArgs{Retention: time.Hour, MaxAttempts: 5}, []lua.SettleItem{
+		{Key: "idemkit:{payments:order-42}", Owner: "worker-1", Complete: true, Result: []byte(`"ch_1"`)},
+	})[0]
+	fmt.Println("completed:", ack.Ack == lua.AckOK)
+
+	rec, _ := r.Peek(ctx, "idemkit:{payments:order-42}")
+	fmt.Println("state:", rec.State, "result:", rec.Result)
+	// Output:
+	// claim: true fence 1
+	// second claim in progress: true
+	// completed: true
+	// state: completed result: "ch_1"
+}
