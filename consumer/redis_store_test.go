@@ -32,6 +32,11 @@ func TestRedisClusterConformance(t *testing.T) {
 	consumertest.Run(t, redisFactory(func(t *testing.T) redis.UniversalClient { return client }))
 }
 
+func TestRedisSentinelConformance(t *testing.T) {
+	client := testenv.RedisSentinel(t).Client(t)
+	consumertest.Run(t, redisFactory(func(t *testing.T) redis.UniversalClient { return client }))
+}
+
 func newRedisStore(t *testing.T, c redis.UniversalClient, opts ...consumer.Option) *consumer.RedisStore {
 	t.Helper()
 	s, err := consumer.NewRedisStore(c, append([]consumer.Option{consumer.WithPrefix(testenv.Prefix(t))}, opts...)...)

@@ -298,3 +298,58 @@ func startCluster() (*Cluster, error) {
 	}
 	return c, nil
 }
+
+// Sentinel is a private Redis primary watched by one private Sentinel.
+type Sentinel struct {
+	MasterName string
+	Primary    *Server
+	Sentinel   *Server
+}
+
+// RedisSentinel starts a primary and a Sentinel that monitors it (quorum 1) for t,
+// stopped when t ends. It needs redis-server on PATH.
+func RedisSentinel(t testing.TB) *Sentinel {
+	t.Helper()
+	primary, err := startRedis(nil)
+	if err != nil {
+		missing(t, "redis-server binary for a Sentinel set-up", err)
+	}
+	t.Cleanup(primary.kill)
+	s, err := startSentinel("idemkit-primary", primary)
+	if err != nil {
+		missing(t, "Redis Sentinel", err)
+	}
+	t.Cleanup(s.kill)
+	return &Sentinel{MasterName: "idemkit-primary", Primary: primary, Sentinel: s}
+}
+
+// Client returns a failover client that finds the primary through the Sentinel,
+// closed when t ends.
+func (s *Sentinel) Client(t testing.TB) *redis.Client {
+	c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: s.MasterName, SentinelAddrs: []string{s.Sentinel.Addr}})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func startSentinel(name string, primary *Server) (*Server, error) {
+	dir, err := os.MkdirTemp("", "idemkit-sentinel-")
+	if err != nil {
+		return nil, err
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	conf := filepath.Join(dir, "sentinel.conf")
+	body := fmt.Sprintf("port %d\nbind 127.0.0.1\nprotected-mode no\ndir %s\nsentinel monitor %s 127.0.0.1 %d 1\nsentinel down-after-milliseconds %s 5000\n",
+		port, dir, name, primary.Port, name)
+	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+		return nil, err
+	}
+	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, dir: dir, args: []string{conf, "--sentinel"}}
+	if err := s.Start(); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	return s, nil
+}
