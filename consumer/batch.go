@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -23,6 +24,7 @@ type BatchOption interface{ applyBatch(*batchConfig) }
 type batchConfig struct {
 	concurrency int
 	perMessage  bool
+	stopOnFail  bool
 }
 
 type batchOptFunc func(*batchConfig)
@@ -40,6 +42,16 @@ func WithConcurrency(n int) BatchOption {
 // end. It narrows the crash window: see ExecuteBatch. Default off.
 func WithPerMessageCompletion(on bool) BatchOption {
 	return batchOptFunc(func(c *batchConfig) { c.perMessage = on })
+}
+
+// WithStopAfterFailure stops the batch at the first item that does not succeed:
+// the items after it are not run, their claims are released (the attempt is not
+// counted) and each gets an Error matching ErrNotRun. Adapters that keep a
+// partition strictly in order use it to retry the failed item before any later
+// one runs. With WithConcurrency above 1, items already started still finish.
+// Default off: every item runs.
+func WithStopAfterFailure(on bool) BatchOption {
+	return batchOptFunc(func(c *batchConfig) { c.stopOnFail = on })
 }
 
 // ExecuteBatch runs fn for every item of a batch with the guarantees of
@@ -226,16 +238,20 @@ func runClaimed[T any](ctx context.Context, store Store, s Settings, items []Bat
 	values := make([]T, len(run))
 	herrs := make([]error, len(run))
 	started := make([]bool, len(run))
+	var failed atomic.Bool
 	one := func(k int) {
 		j := run[k]
 		i := pending[j]
 		r := &out[i]
 		*r = Result[T]{Key: items[i].Key, Attempt: reps[j].Attempts, Fence: reps[j].Fence}
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || (bc.stopOnFail && failed.Load()) {
 			return // never started: released below
 		}
 		started[k] = true
 		values[k], herrs[k] = callHandler(hctxs[k], fn, i, items[i])
+		if herrs[k] != nil {
+			failed.Store(true)
+		}
 		sts[k], r.ResultDropped = settlement(s, items[i].Key, claims[j].Owner, values[k], herrs[k])
 		if !bc.perMessage {
 			return
@@ -277,7 +293,11 @@ func runClaimed[T any](ctx context.Context, store Store, s Settings, items []Bat
 		case !started[k]:
 			release = append(release, b.owned)
 			out[i].Outcome = Error
-			out[i].Err = fmt.Errorf("consumer: not run: %w", context.Cause(ctx))
+			if err := context.Cause(ctx); err != nil {
+				out[i].Err = fmt.Errorf("%w: %w", ErrNotRun, err)
+			} else {
+				out[i].Err = fmt.Errorf("%w: an earlier item of the batch failed", ErrNotRun)
+			}
 		case bc.perMessage:
 		case b.lost != nil:
 			out[i].Outcome, out[i].Err = Error, b.lost

@@ -32,6 +32,10 @@ var (
 	ErrNilHandler = errors.New("consumer: nil handler")
 	// ErrInvalidConfig: an option or argument is out of range; the message says what to fix.
 	ErrInvalidConfig = errors.New("consumer: invalid configuration")
+	// ErrNotRun: the item's handler was not started (the batch was cancelled, or
+	// stopped after an earlier failure); its claim was released and the attempt not
+	// counted. Retryable.
+	ErrNotRun = errors.New("consumer: not run")
 	// ErrHandlerPanic: the handler panicked; the panic was recovered and counted as a
 	// retryable failure.
 	ErrHandlerPanic = errors.New("consumer: handler panicked")

@@ -61,6 +61,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"BatchInOrderExactlyOnce", testBatch},
 		{"BatchConcurrentPerMessage", testBatchConcurrent},
 		{"BatchCancelledReleasesUnstarted", testBatchCancelled},
+		{"BatchStopAfterFailure", testBatchStopAfterFailure},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newStore) })
@@ -914,7 +915,7 @@ func testBatchCancelled(t *testing.T, f Factory) {
 			continue
 		}
 		expect(t, r, consumer.Error, context.Canceled)
-		if !r.Retryable() {
+		if !errors.Is(r.Err, consumer.ErrNotRun) || !r.Retryable() {
 			t.Fatalf("item %d: a shutdown must be retryable", i)
 		}
 	}
@@ -936,5 +937,45 @@ func testBatchCancelled(t *testing.T, f Factory) {
 	}
 	if runs.Load() != 10 {
 		t.Fatalf("%d handler runs in all, want 10", runs.Load())
+	}
+}
+
+func testBatchStopAfterFailure(t *testing.T, f Factory) {
+	s := must(t, f)
+	ctx := context.Background()
+	var items []consumer.BatchItem
+	for i := 0; i < 6; i++ {
+		items = append(items, consumer.BatchItem{Key: key("stop", fmt.Sprint(i))})
+	}
+	boom := errors.New("row 2 failed")
+	var ran []int
+	fn := func(ctx context.Context, i int, it consumer.BatchItem) (int, error) {
+		ran = append(ran, i)
+		if it.Key == items[2].Key {
+			return 0, boom
+		}
+		return i, nil
+	}
+	res := consumer.ExecuteBatch(ctx, s, items, fn, consumer.WithStopAfterFailure(true))
+	if fmt.Sprint(ran) != "[0 1 2]" {
+		t.Fatalf("ran %v, want [0 1 2]", ran)
+	}
+	expect(t, res[0], consumer.Success, nil)
+	expect(t, res[1], consumer.Success, nil)
+	expect(t, res[2], consumer.Error, boom)
+	for _, r := range res[3:] {
+		expect(t, r, consumer.Error, consumer.ErrNotRun)
+		if !r.Retryable() {
+			t.Fatal("a not-run item must be retryable")
+		}
+	}
+	// The released items are claimed afresh, their attempt not counted.
+	ran = nil
+	res = consumer.ExecuteBatch(ctx, s, items[3:], fn, consumer.WithStopAfterFailure(true))
+	for _, r := range res {
+		expect(t, r, consumer.Success, nil)
+		if r.Attempt != 1 {
+			t.Fatalf("attempt %d after release, want 1", r.Attempt)
+		}
 	}
 }
