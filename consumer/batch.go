@@ -44,9 +44,11 @@ func WithPerMessageCompletion(on bool) BatchOption {
 	return batchOptFunc(func(c *batchConfig) { c.perMessage = on })
 }
 
-// WithStopAfterFailure stops the batch at the first item that does not succeed:
-// the items after it are not run, their claims are released (the attempt is not
-// counted) and each gets an Error matching ErrNotRun. Adapters that keep a
+// WithStopAfterFailure stops the batch at the first item whose result is not
+// settled (its Action is not Settle: a handler error, an invalid key, a conflict,
+// an in-progress key, a duplicate of a failed key...): the items after it are not
+// run, their claims are released (the attempt is not counted) and each gets an
+// Error matching ErrNotRun. Adapters that keep a
 // partition strictly in order use it to retry the failed item before any later
 // one runs. With WithConcurrency above 1, items already started still finish.
 // Default off: every item runs.
@@ -107,10 +109,14 @@ func execute[T any](ctx context.Context, store Store, items []BatchItem, fn Batc
 	if len(items) > 1 {
 		seen = make(map[Key]int, len(items))
 	}
+	stopAt := len(items) // with stopOnFail: no item after this index runs
 	for i, it := range items {
 		out[i].Key = it.Key
 		if err := it.Key.Validate(); err != nil {
 			out[i].Outcome, out[i].Err, leader[i] = Error, err, -1
+			if bc.stopOnFail {
+				stopAt = min(stopAt, i)
+			}
 			continue
 		}
 		if s.Fingerprint {
@@ -129,7 +135,7 @@ func execute[T any](ctx context.Context, store Store, items []BatchItem, fn Batc
 
 	deadline := time.Now().Add(s.WaitInProgress)
 	for len(pending) > 0 {
-		waiting := runPass(ctx, store, s, items, fps, pending, fn, bc, out)
+		waiting := runPass(ctx, store, s, items, fps, pending, fn, bc, out, &stopAt)
 		if len(waiting) == 0 || s.WaitInProgress == 0 || ctx.Err() != nil {
 			break
 		}
@@ -178,7 +184,7 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // runPass claims pending items, runs the claimed ones and records every result.
 // It returns the items found in progress.
 func runPass[T any](ctx context.Context, store Store, s Settings, items []BatchItem, fps []string,
-	pending []int, fn BatchHandler[T], bc batchConfig, out []Result[T]) (waiting []int) {
+	pending []int, fn BatchHandler[T], bc batchConfig, out []Result[T], stopAt *int) (waiting []int) {
 	claims := make([]Claim, len(pending))
 	for j, i := range pending {
 		claims[j] = Claim{Key: items[i].Key, Owner: newOwner(), Fingerprint: fps[i]}
@@ -201,9 +207,12 @@ func runPass[T any](ctx context.Context, store Store, s Settings, items []BatchI
 				waiting = append(waiting, i)
 			}
 		}
+		if bc.stopOnFail && out[i].Outcome != 0 && out[i].Action() != Settle {
+			*stopAt = min(*stopAt, i)
+		}
 	}
 	if len(run) > 0 {
-		runClaimed(ctx, store, s, items, pending, claims, reps, run, granted, fn, bc, out)
+		runClaimed(ctx, store, s, items, pending, claims, reps, run, granted, fn, bc, out, *stopAt)
 	}
 	for _, j := range unguarded {
 		i := pending[j]
@@ -221,7 +230,7 @@ func runPass[T any](ctx context.Context, store Store, s Settings, items []BatchI
 
 // runClaimed runs the handlers of claimed items under one heartbeat and settles them.
 func runClaimed[T any](ctx context.Context, store Store, s Settings, items []BatchItem, pending []int,
-	claims []Claim, reps []ClaimReply, run []int, granted time.Time, fn BatchHandler[T], bc batchConfig, out []Result[T]) {
+	claims []Claim, reps []ClaimReply, run []int, granted time.Time, fn BatchHandler[T], bc batchConfig, out []Result[T], stopAt int) {
 	beats := make([]*beat, len(run))
 	hctxs := make([]context.Context, len(run))
 	for k, j := range run {
@@ -244,7 +253,7 @@ func runClaimed[T any](ctx context.Context, store Store, s Settings, items []Bat
 		i := pending[j]
 		r := &out[i]
 		*r = Result[T]{Key: items[i].Key, Attempt: reps[j].Attempts, Fence: reps[j].Fence}
-		if ctx.Err() != nil || (bc.stopOnFail && failed.Load()) {
+		if ctx.Err() != nil || (bc.stopOnFail && (failed.Load() || i > stopAt)) {
 			return // never started: released below
 		}
 		started[k] = true
@@ -296,7 +305,7 @@ func runClaimed[T any](ctx context.Context, store Store, s Settings, items []Bat
 			if err := context.Cause(ctx); err != nil {
 				out[i].Err = fmt.Errorf("%w: %w", ErrNotRun, err)
 			} else {
-				out[i].Err = fmt.Errorf("%w: an earlier item of the batch failed", ErrNotRun)
+				out[i].Err = fmt.Errorf("%w: an earlier item of the batch was not settled", ErrNotRun)
 			}
 		case bc.perMessage:
 		case b.lost != nil:

@@ -76,7 +76,7 @@ func ExamplePermanent() {
 	fmt.Println(r.Outcome, r.Err, r.Action())
 	// Output:
 	// ERROR true dead-letter
-	// DUPLICATE card declined settle
+	// DUPLICATE card declined dead-letter
 }
 
 func ExampleNewKey() {

@@ -113,9 +113,21 @@ func (a Action) String() string {
 }
 
 // ActionFor maps an outcome and its error to the adapter's action (DESIGN section 4).
+//
+// A Duplicate that carries the stored terminal failure of its key (permanent, or
+// attempts exhausted) is dead-lettered again rather than settled: the delivery may
+// be the very message whose first dead-letter copy was never confirmed (the broker
+// refused it, the worker died), and settling it would lose the only copy.
+// Dead-lettering is therefore at least once; dead-letter copies carry the key, so
+// their readers can collapse repeats.
 func ActionFor(o Outcome, err error) Action {
 	switch o {
-	case Success, Duplicate:
+	case Success:
+		return Settle
+	case Duplicate:
+		if errors.Is(err, ErrPermanent) || errors.Is(err, ErrAttemptsExhausted) {
+			return DeadLetter
+		}
 		return Settle
 	case InProgress:
 		return Wait

@@ -296,8 +296,8 @@ func testExhausted(t *testing.T, f Factory) {
 	for i := 0; i < 2; i++ {
 		dup := consumer.ExecuteIdempotently(ctx, s, k, nil, fn)
 		expect(t, dup, consumer.Duplicate, consumer.ErrAttemptsExhausted)
-		if !strings.Contains(dup.Err.Error(), boom.Error()) {
-			t.Fatalf("stored error %q lacks the handler's text", dup.Err)
+		if !strings.Contains(dup.Err.Error(), boom.Error()) || dup.Action() != consumer.DeadLetter {
+			t.Fatalf("stored error %q lacks the handler's text, or action %v is not dead-letter", dup.Err, dup.Action())
 		}
 	}
 	if n := runs.Load(); n != 3 {
@@ -323,7 +323,7 @@ func testPermanent(t *testing.T, f Factory) {
 	}
 	dup := consumer.ExecuteIdempotently(ctx, s, k, nil, fn)
 	expect(t, dup, consumer.Duplicate, consumer.ErrPermanent)
-	if !strings.Contains(dup.Err.Error(), "card declined") || dup.Action() != consumer.Settle {
+	if !strings.Contains(dup.Err.Error(), "card declined") || dup.Action() != consumer.DeadLetter {
 		t.Fatalf("duplicate of a permanent failure: %v, action %v", dup.Err, dup.Action())
 	}
 	if n := runs.Load(); n != 1 {
@@ -969,6 +969,22 @@ func testBatchStopAfterFailure(t *testing.T, f Factory) {
 			t.Fatal("a not-run item must be retryable")
 		}
 	}
+	// A claim that is not settled (here: a duplicate of a key that failed for
+	// good) stops the batch as a handler error does.
+	perm := key("stop", "permanent")
+	expect(t, consumer.ExecuteIdempotently(ctx, s, perm, nil, func(ctx context.Context) (int, error) {
+		return 0, consumer.Permanent(errors.New("bad"))
+	}), consumer.Error, consumer.ErrPermanent)
+	ran = nil
+	blocked := []consumer.BatchItem{{Key: key("stop", "before")}, {Key: perm}, {Key: key("stop", "after")}}
+	res = consumer.ExecuteBatch(ctx, s, blocked, fn, consumer.WithStopAfterFailure(true))
+	if fmt.Sprint(ran) != "[0]" {
+		t.Fatalf("ran %v, want only the item before the failed key", ran)
+	}
+	expect(t, res[0], consumer.Success, nil)
+	expect(t, res[1], consumer.Duplicate, consumer.ErrPermanent)
+	expect(t, res[2], consumer.Error, consumer.ErrNotRun)
+
 	// The released items are claimed afresh, their attempt not counted.
 	ran = nil
 	res = consumer.ExecuteBatch(ctx, s, items[3:], fn, consumer.WithStopAfterFailure(true))

@@ -1,0 +1,64 @@
+package kafka
+
+import (
+	"github.com/idemkit/idemkit/consumer"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Hook observes the adapter, for metrics. A hook implements any of the interfaces
+// below; adding an interface later never breaks an existing hook. Hooks are called
+// synchronously from partition workers: keep them fast.
+type Hook any
+
+// OutcomeHook is told the final outcome of every record (after retries).
+type OutcomeHook interface {
+	OnOutcome(rec *kgo.Record, outcome consumer.Outcome)
+}
+
+// RetryHook is told of every in-place retry.
+type RetryHook interface {
+	OnRetry(rec *kgo.Record, attempt int, err error)
+}
+
+// DeadLetterHook is told of every record produced to a dead-letter topic.
+type DeadLetterHook interface {
+	OnDeadLetter(rec *kgo.Record, dlqTopic string, reason error)
+}
+
+// CommitHook is told of every committed offset, with the partition's lag then
+// (high watermark minus the committed offset).
+type CommitHook interface {
+	OnCommit(topic string, partition int32, offset, lag int64)
+}
+
+func (c *Consumer[V, T]) onOutcome(rec *kgo.Record, o consumer.Outcome) {
+	for _, h := range c.cfg.hooks {
+		if h, ok := h.(OutcomeHook); ok {
+			h.OnOutcome(rec, o)
+		}
+	}
+}
+
+func (c *Consumer[V, T]) onRetry(rec *kgo.Record, attempt int, err error) {
+	for _, h := range c.cfg.hooks {
+		if h, ok := h.(RetryHook); ok {
+			h.OnRetry(rec, attempt, err)
+		}
+	}
+}
+
+func (c *Consumer[V, T]) onDeadLetter(rec *kgo.Record, topic string, reason error) {
+	for _, h := range c.cfg.hooks {
+		if h, ok := h.(DeadLetterHook); ok {
+			h.OnDeadLetter(rec, topic, reason)
+		}
+	}
+}
+
+func (c *Consumer[V, T]) onCommit(topic string, partition int32, offset, lag int64) {
+	for _, h := range c.cfg.hooks {
+		if h, ok := h.(CommitHook); ok {
+			h.OnCommit(topic, partition, offset, lag)
+		}
+	}
+}

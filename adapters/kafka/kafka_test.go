@@ -1,0 +1,383 @@
+package kafka_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idemkit/adapters/kafka"
+	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/internal/testenv"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+func newStore(t *testing.T, opts ...consumer.Option) (consumer.Store, *ledger) {
+	t.Helper()
+	c := testenv.Redis(t)
+	prefix := testenv.Prefix(t)
+	s, err := consumer.NewRedisStore(c, append([]consumer.Option{consumer.WithPrefix(prefix), consumer.WithScope("payments")}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, newLedger(c, prefix)
+}
+
+func charge(l *ledger) func(ctx context.Context, ev event, rec *kgo.Record) (string, error) {
+	return func(ctx context.Context, ev event, rec *kgo.Record) (string, error) {
+		if _, err := l.apply(ctx, ev.ID); err != nil {
+			return "", err
+		}
+		return "ch_" + ev.ID, nil
+	}
+}
+
+// 10,000 events, 20% produced twice, 8 partitions; two members, a third joins and
+// the first leaves mid-run. Every event is charged exactly once, every offset is
+// committed, nothing is dead-lettered.
+func TestExactlyOnceThroughRebalances(t *testing.T) {
+	const n = 10000
+	brokers, _ := testenv.Kafka(t, 8, "payments", "payments.dlq")
+	store, book := newStore(t, consumer.WithLease(5*time.Second))
+	events := produce(t, brokers, "payments", n, 0.2)
+	var outcomes sync.Map
+	hook := outcomeCounter{&outcomes}
+	var assignments, revocations atomic.Int32
+	newMember := func() *kafka.Consumer[event, string] {
+		c, err := kafka.NewTyped(store, groupOpts(brokers, "billing", "payments"), decodeEvent, charge(book),
+			kafka.WithHooks(hook), kafka.WithMaxPollRecords(500),
+			kafka.WithOnAssigned(func(context.Context, *kgo.Client, map[string][]int32) { assignments.Add(1) }),
+			kafka.WithOnRevoked(func(_ context.Context, _ *kgo.Client, p map[string][]int32) {
+				if len(p) > 0 {
+					revocations.Add(1)
+				}
+			}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	m1 := startMember(t, newMember())
+	startMember(t, newMember())
+	eventually(t, 60*time.Second, "a third of the events", func() bool { return book.total(t) >= n/3 })
+	startMember(t, newMember()) // joins mid-run
+	eventually(t, 60*time.Second, "two thirds of the events", func() bool { return book.total(t) >= 2*n/3 })
+	m1.stop() // leaves mid-run
+	eventually(t, 90*time.Second, "every offset committed", func() bool {
+		l, _ := lag(t, brokers, "billing", "payments")
+		return l == 0
+	})
+
+	counts, stale := book.counts(t)
+	if len(counts) != n {
+		t.Fatalf("%d events charged, want %d", len(counts), n)
+	}
+	for _, ev := range events {
+		if counts[ev.ID] != 1 {
+			t.Errorf("event %s charged %d times", ev.ID, counts[ev.ID])
+		}
+	}
+	if stale != 0 {
+		t.Fatalf("%d stale writes: no member should have been fenced out", stale)
+	}
+	if recs := dlqRecords(t, brokers, "payments.dlq"); len(recs) != 0 {
+		t.Fatalf("%d records dead-lettered, want none", len(recs))
+	}
+	success, duplicate := hook.get(consumer.Success), hook.get(consumer.Duplicate)
+	if success != n || duplicate < n/5 {
+		t.Fatalf("outcomes: %d SUCCESS (want %d), %d DUPLICATE (want at least %d)", success, n, duplicate, n/5)
+	}
+	if assignments.Load() < 4 || revocations.Load() < 1 {
+		t.Fatalf("%d assignments and %d revocations: the join and the leave did not rebalance", assignments.Load(), revocations.Load())
+	}
+	t.Logf("%d SUCCESS, %d DUPLICATE, %d assignments, %d revocations", success, duplicate, assignments.Load(), revocations.Load())
+}
+
+type outcomeCounter struct{ m *sync.Map }
+
+func (h outcomeCounter) OnOutcome(_ *kgo.Record, o consumer.Outcome) {
+	v, _ := h.m.LoadOrStore(o, new(atomic.Int64))
+	v.(*atomic.Int64).Add(1)
+}
+
+func (h outcomeCounter) get(o consumer.Outcome) int {
+	v, ok := h.m.Load(o)
+	if !ok {
+		return 0
+	}
+	return int(v.(*atomic.Int64).Load())
+}
+
+type dlqCounter struct{ retries, dead atomic.Int64 }
+
+func (h *dlqCounter) OnRetry(*kgo.Record, int, error)         { h.retries.Add(1) }
+func (h *dlqCounter) OnDeadLetter(*kgo.Record, string, error) { h.dead.Add(1) }
+func (h *dlqCounter) OnCommit(string, int32, int64, int64)    {}
+func (h *dlqCounter) OnOutcome(*kgo.Record, consumer.Outcome) {}
+
+// A poison record is retried in place and dead-lettered after exactly max
+// attempts; a permanent failure, an undecodable record and a record without a
+// usable key go to the dead-letter topic at once, with headers saying why.
+func TestPoisonAndBadRecordsAreDeadLettered(t *testing.T) {
+	brokers, _ := testenv.Kafka(t, 2, "orders", "orders.dlq")
+	store, book := newStore(t, consumer.WithMaxAttempts(3))
+	var poisonRuns, permanentRuns atomic.Int32
+	handler := func(ctx context.Context, ev event, rec *kgo.Record) (string, error) {
+		switch ev.ID {
+		case "poison":
+			poisonRuns.Add(1)
+			return "", errors.New("cannot reach the tax service")
+		case "declined":
+			permanentRuns.Add(1)
+			return "", consumer.Permanent(errors.New("card declined"))
+		}
+		return charge(book)(ctx, ev, rec)
+	}
+	hooks := &dlqCounter{}
+	c, err := kafka.NewTyped(store, groupOpts(brokers, "orders-svc", "orders"), decodeEvent, handler,
+		kafka.WithBackoff(5*time.Millisecond, 20*time.Millisecond), kafka.WithHooks(hooks))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hdr := func(id string) []kgo.RecordHeader {
+		return []kgo.RecordHeader{{Key: kafka.DefaultKeyHeader, Value: []byte(id)}}
+	}
+	recs := []*kgo.Record{
+		{Topic: "orders", Partition: 0, Value: []byte(`{"id":"a","amount":1}`), Headers: hdr("a")},
+		{Topic: "orders", Partition: 0, Value: []byte(`{"id":"poison","amount":2}`), Headers: hdr("poison")},
+		{Topic: "orders", Partition: 0, Value: []byte(`{"id":"b","amount":3}`), Headers: hdr("b")},
+		{Topic: "orders", Partition: 0, Value: []byte(`not json`), Headers: hdr("garbled")},
+		{Topic: "orders", Partition: 0, Value: []byte(`{"id":"declined","amount":4}`), Headers: hdr("declined")},
+		{Topic: "orders", Partition: 0, Value: []byte(`{"id":"nokey","amount":5}`), Headers: hdr("")},
+		{Topic: "orders", Partition: 0, Value: []byte(`{"id":"c","amount":6}`), Headers: hdr("c")},
+	}
+	produceRaw(t, brokers, recs...)
+	startMember(t, c)
+	eventually(t, 30*time.Second, "every offset committed", func() bool {
+		l, _ := lag(t, brokers, "orders-svc", "orders")
+		return l == 0
+	})
+	if poisonRuns.Load() != 3 || permanentRuns.Load() != 1 {
+		t.Fatalf("poison ran %d times (want 3 = max attempts), permanent %d (want 1)", poisonRuns.Load(), permanentRuns.Load())
+	}
+	counts, _ := book.counts(t)
+	if counts["a"] != 1 || counts["b"] != 1 || counts["c"] != 1 || len(counts) != 3 {
+		t.Fatalf("ledger %v, want a, b and c once each", counts)
+	}
+	dead := dlqRecords(t, brokers, "orders.dlq")
+	if len(dead) != 4 {
+		t.Fatalf("%d dead-lettered records, want 4", len(dead))
+	}
+	want := []struct{ key, outcome, attempts, errText string }{
+		{"poison", "ERROR", "3", "cannot reach the tax service"},
+		{"garbled", "UNDECODABLE", "0", "undecodable"},
+		{"declined", "ERROR", "1", "card declined"},
+		{"", "NO_KEY", "0", "no usable idempotency key"},
+	}
+	for i, w := range want {
+		d := dead[i]
+		if header(d, kafka.HeaderOriginalTopic) != "orders" || header(d, kafka.HeaderOriginalPartition) != "0" ||
+			header(d, kafka.HeaderKey) != w.key || header(d, kafka.HeaderOutcome) != w.outcome ||
+			header(d, kafka.HeaderAttempts) != w.attempts || !strings.Contains(header(d, kafka.HeaderError), w.errText) {
+			t.Errorf("dead letter %d: headers %v, want key %q outcome %s attempts %s error ~%q", i, d.Headers, w.key, w.outcome, w.attempts, w.errText)
+		}
+	}
+	if off := header(dead[0], kafka.HeaderOriginalOffset); off != "1" {
+		t.Errorf("poison original offset %s, want 1", off)
+	}
+	if hooks.dead.Load() != 4 || hooks.retries.Load() != 2 {
+		t.Fatalf("hooks: %d dead letters, %d retries; want 4 and 2", hooks.dead.Load(), hooks.retries.Load())
+	}
+}
+
+// OffsetCommit failures leave offsets pending and retried, never past an
+// unsettled record; a failing dead-letter produce holds its partition at the
+// poison record until the produce succeeds. Nothing is lost or run twice.
+func TestCommitAndDeadLetterFaults(t *testing.T) {
+	brokers, cluster := testenv.Kafka(t, 4, "ledger", "ledger.dlq")
+	if cluster == nil {
+		t.Skip("fault injection needs the in-process kfake cluster")
+	}
+	store, book := newStore(t, consumer.WithMaxAttempts(2))
+	var commitFaults, dlqFaults atomic.Int32
+	commitFaults.Store(5)
+	dlqFaults.Store(6)
+	cluster.ControlKey(int16(kmsg.OffsetCommit), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		cluster.KeepControl()
+		if commitFaults.Add(-1) < 0 {
+			return nil, nil, false
+		}
+		r := req.(*kmsg.OffsetCommitRequest)
+		resp := r.ResponseKind().(*kmsg.OffsetCommitResponse)
+		for _, rt := range r.Topics {
+			st := kmsg.NewOffsetCommitResponseTopic()
+			st.Topic, st.TopicID = rt.Topic, rt.TopicID
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewOffsetCommitResponseTopicPartition()
+				sp.Partition = rp.Partition
+				sp.ErrorCode = kerr.OffsetMetadataTooLarge.Code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	dlqID := topicID(t, brokers, "ledger.dlq")
+	cluster.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		cluster.KeepControl()
+		r := req.(*kmsg.ProduceRequest)
+		if len(r.Topics) == 0 || (r.Topics[0].Topic != "ledger.dlq" && r.Topics[0].TopicID != dlqID) || dlqFaults.Add(-1) < 0 {
+			return nil, nil, false
+		}
+		resp := r.ResponseKind().(*kmsg.ProduceResponse)
+		for _, rt := range r.Topics {
+			st := kmsg.NewProduceResponseTopic()
+			st.Topic, st.TopicID = rt.Topic, rt.TopicID
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewProduceResponseTopicPartition()
+				sp.Partition = rp.Partition
+				sp.ErrorCode = kerr.InvalidRecord.Code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+
+	events := produce(t, brokers, "ledger", 400, 0.1)
+	poison := &kgo.Record{Topic: "ledger", Partition: 1, Value: []byte(`{"id":"poison","amount":1}`),
+		Headers: []kgo.RecordHeader{{Key: kafka.DefaultKeyHeader, Value: []byte("poison")}}}
+	produceRaw(t, brokers, poison)
+	after := &kgo.Record{Topic: "ledger", Partition: 1, Value: []byte(`{"id":"after-poison","amount":1}`),
+		Headers: []kgo.RecordHeader{{Key: kafka.DefaultKeyHeader, Value: []byte("after-poison")}}}
+	produceRaw(t, brokers, after)
+
+	handler := func(ctx context.Context, ev event, rec *kgo.Record) (string, error) {
+		if ev.ID == "poison" {
+			return "", consumer.Permanent(errors.New("malformed ledger entry"))
+		}
+		return charge(book)(ctx, ev, rec)
+	}
+	c, err := kafka.NewTyped(store, groupOpts(brokers, "ledger-svc", "ledger"), decodeEvent, handler,
+		kafka.WithBackoff(10*time.Millisecond, 50*time.Millisecond), kafka.WithDeadLetterTries(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	startMember(t, c)
+	// While the dead-letter topic refuses, partition 1 may not be committed past
+	// the poison record, and the record after it must not run.
+	// (Faults only run down, so what was seen before a read of a positive count
+	// was seen while every dead-letter produce so far had failed.)
+	for {
+		_, parts := lag(t, brokers, "ledger-svc", "ledger")
+		counts, _ := book.counts(t)
+		if dlqFaults.Load() <= 0 {
+			break
+		}
+		if parts[1] < 2 {
+			t.Fatalf("partition 1 committed past the unsettled poison record (lag %d)", parts[1])
+		}
+		if counts["after-poison"] != 0 {
+			t.Fatal("the record after the poison ran before the poison was settled")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	eventually(t, 60*time.Second, "every offset committed", func() bool {
+		l, _ := lag(t, brokers, "ledger-svc", "ledger")
+		return l == 0
+	})
+	counts, _ := book.counts(t)
+	for _, ev := range events {
+		if counts[ev.ID] != 1 {
+			t.Fatalf("event %s charged %d times", ev.ID, counts[ev.ID])
+		}
+	}
+	if counts["after-poison"] != 1 || counts["poison"] != 0 {
+		t.Fatalf("after-poison charged %d times, poison %d", counts["after-poison"], counts["poison"])
+	}
+	dead := dlqRecords(t, brokers, "ledger.dlq")
+	if len(dead) != 1 || header(dead[0], kafka.HeaderKey) != "poison" {
+		t.Fatalf("dead letters: %d, want exactly the poison record once", len(dead))
+	}
+	if commitFaults.Load() > 0 {
+		t.Fatalf("only %d commit faults were injected", 5-commitFaults.Load())
+	}
+}
+
+func TestInvalidConfiguration(t *testing.T) {
+	brokers, _ := testenv.Kafka(t, 1, "cfg")
+	store, _ := newStore(t)
+	h := func(ctx context.Context, rec *kgo.Record) (int, error) { return 0, nil }
+	for _, tc := range []struct {
+		name  string
+		store consumer.Store
+		kopts []kgo.Opt
+		h     func(ctx context.Context, rec *kgo.Record) (int, error)
+		opts  []kafka.Opt
+		hint  string
+	}{
+		{"no group", store, []kgo.Opt{kgo.SeedBrokers(brokers...), kgo.ConsumeTopics("cfg")}, h, nil, "kgo.ConsumerGroup"},
+		{"no topics", store, []kgo.Opt{kgo.SeedBrokers(brokers...), kgo.ConsumerGroup("g")}, h, nil, "kgo.ConsumeTopics"},
+		{"autocommit marks", store, append(groupOpts(brokers, "g", "cfg"), kgo.AutoCommitMarks()), h, nil, "AutoCommitMarks"},
+		{"dlq consumed", store, groupOpts(brokers, "g", "cfg", "cfg.dlq"), h, nil, "WithDeadLetterTopic"},
+		{"nil store", nil, groupOpts(brokers, "g", "cfg"), h, nil, "nil store"},
+		{"nil handler", store, groupOpts(brokers, "g", "cfg"), nil, nil, "nil handler"},
+		{"empty header", store, groupOpts(brokers, "g", "cfg"), h, []kafka.Opt{kafka.WithKeyHeader("")}, "WithKeyHeader"},
+		{"bad backoff", store, groupOpts(brokers, "g", "cfg"), h, []kafka.Opt{kafka.WithBackoff(time.Second, time.Millisecond)}, "WithBackoff"},
+		{"poll size", store, groupOpts(brokers, "g", "cfg"), h, []kafka.Opt{kafka.WithMaxPollRecords(0)}, "WithMaxPollRecords"},
+		{"value key type", store, groupOpts(brokers, "g", "cfg"), h,
+			[]kafka.Opt{kafka.WithValueKey(func(ev event) (consumer.Key, error) { return consumer.Key(ev.ID), nil })}, "WithValueKey"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := kafka.New(tc.store, tc.kopts, tc.h, tc.opts...)
+			if err == nil {
+				c.Client().Close()
+				t.Fatal("accepted")
+			}
+			if !errors.Is(err, kafka.ErrConfig) || !strings.Contains(err.Error(), tc.hint) {
+				t.Fatalf("err = %v, want ErrConfig mentioning %q", err, tc.hint)
+			}
+		})
+	}
+}
+
+// Without an Idempotency-Key header the key comes from the record's coordinates;
+// WithValueKey takes it from the event.
+func TestKeyChoice(t *testing.T) {
+	brokers, _ := testenv.Kafka(t, 1, "keys")
+	store, book := newStore(t)
+	produceRaw(t, brokers,
+		&kgo.Record{Topic: "keys", Value: []byte(`{"id":"x","amount":1}`)},
+		&kgo.Record{Topic: "keys", Value: []byte(`{"id":"x","amount":1}`)}, // same event, no header: another offset
+		&kgo.Record{Topic: "keys", Value: []byte(`{"id":"y","amount":1}`)},
+	)
+	var runs atomic.Int32
+	byCoordinates, err := kafka.NewTyped(store, groupOpts(brokers, "coords", "keys"), decodeEvent,
+		func(ctx context.Context, ev event, rec *kgo.Record) (int, error) { runs.Add(1); return 0, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := startMember(t, byCoordinates)
+	eventually(t, 30*time.Second, "coords group done", func() bool { l, _ := lag(t, brokers, "coords", "keys"); return l == 0 })
+	m.stop()
+	if runs.Load() != 3 {
+		t.Fatalf("coordinate keys: %d runs, want 3 (a republished event is another record)", runs.Load())
+	}
+	byValue, err := kafka.NewTyped(store, groupOpts(brokers, "byvalue", "keys"), decodeEvent, charge(book),
+		kafka.WithValueKey(func(ev event) (consumer.Key, error) { return consumer.ParseKey("evt:" + ev.ID) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	startMember(t, byValue)
+	eventually(t, 30*time.Second, "byvalue group done", func() bool { l, _ := lag(t, brokers, "byvalue", "keys"); return l == 0 })
+	counts, _ := book.counts(t)
+	if fmt.Sprint(counts) != "map[x:1 y:1]" {
+		t.Fatalf("value keys: ledger %v, want x and y once", counts)
+	}
+}
