@@ -305,6 +305,11 @@ func (c *Consumer[V, T]) commitPending(ctx context.Context, only map[string][]in
 	})
 	if reqErr != nil {
 		c.log.Warn("kafka: commit failed; the offsets stay pending", "err", reqErr)
+		for topic, parts := range offs {
+			for p, o := range parts {
+				c.onCommitError(topic, p, o.Offset, reqErr)
+			}
+		}
 		return
 	}
 	c.mu.Lock()
@@ -314,6 +319,7 @@ func (c *Consumer[V, T]) commitPending(ctx context.Context, only map[string][]in
 			if err := failed[topic][p]; err != nil {
 				c.log.Warn("kafka: commit of a partition failed; its offset stays pending",
 					"topic", topic, "partition", p, "offset", o.Offset, "err", err)
+				c.onCommitError(topic, p, o.Offset, err)
 				continue
 			}
 			if cur, ok := c.pending[topic][p]; ok && cur.Offset == o.Offset {

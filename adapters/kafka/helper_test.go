@@ -1,5 +1,109 @@
 package kafka_test
 
-// helperMain runs this test binary as a group member process when asked to by a
-// test (see member_process_test.go); it reports whether it did.
-func helperMain() bool { return false }
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/idemkit/idemkit/adapters/kafka"
+	"github.com/idemkit/idemkit/consumer"
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Environment of a member process (this test binary run again by a test).
+const (
+	envMember  = "IDEMKIT_TEST_KAFKA_MEMBER" // "kill" or "zombie"
+	envBrokers = "IDEMKIT_TEST_KAFKA_BROKERS"
+	envRedis   = "IDEMKIT_TEST_REDIS"
+	envPrefix  = "IDEMKIT_TEST_PREFIX"
+	envTrap    = "IDEMKIT_TEST_TRAP" // effects after which the member freezes
+)
+
+// helperMain runs this test binary as a group member process when a test asked
+// for one (see process_test.go); it reports whether it did.
+func helperMain() bool {
+	mode := os.Getenv(envMember)
+	if mode == "" {
+		return false
+	}
+	if err := runMember(mode); err != nil {
+		fmt.Fprintln(os.Stderr, "member:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+	return true
+}
+
+// memberStats are what a member process reports in Redis, under its prefix.
+func statsKey(prefix string) string { return "{" + prefix + "}:member-stats" }
+
+type memberHooks struct {
+	rdb    *redis.Client
+	prefix string
+}
+
+func (h memberHooks) incr(field string) {
+	h.rdb.HIncrBy(context.Background(), statsKey(h.prefix), field, 1)
+}
+
+func (h memberHooks) OnRetry(_ *kgo.Record, _ int, err error) {
+	if errors.Is(err, consumer.ErrLeaseLost) {
+		h.incr("lease_lost")
+	}
+}
+
+func (h memberHooks) OnCommitError(string, int32, int64, error) { h.incr("commit_errors") }
+
+func runMember(mode string) error {
+	prefix := os.Getenv(envPrefix)
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv(envRedis)})
+	defer rdb.Close()
+	store, err := consumer.NewRedisStore(rdb, consumer.WithPrefix(prefix), consumer.WithScope("payments"),
+		consumer.WithLease(time.Second))
+	if err != nil {
+		return err
+	}
+	book := newLedger(rdb, prefix)
+	trap, _ := strconv.Atoi(os.Getenv(envTrap))
+	var effects atomic.Int64
+	var frozen atomic.Bool
+	hooks := memberHooks{rdb, prefix}
+	handler := func(ctx context.Context, ev event, rec *kgo.Record) (string, error) {
+		if frozen.Load() {
+			if mode == "kill" {
+				<-ctx.Done() // claimed, never reaches its effect: the process is killed here
+				return "", ctx.Err()
+			}
+			// zombie: stopped here; when resumed it writes anyway, with its old fence
+			time.Sleep(500 * time.Millisecond)
+		}
+		if _, err := book.apply(ctx, ev.ID); err != nil {
+			return "", err
+		}
+		hooks.incr("effects")
+		if effects.Add(1) == int64(trap) {
+			frozen.Store(true)
+			rdb.Set(context.Background(), "{"+prefix+"}:frozen", "1", 0)
+		}
+		return "ch_" + ev.ID, nil
+	}
+	opts := groupOpts(strings.Split(os.Getenv(envBrokers), ","), "billing", "payments")
+	opts = append(opts, kgo.SessionTimeout(time.Second), kgo.HeartbeatInterval(200*time.Millisecond), kgo.RebalanceTimeout(3*time.Second))
+	c, err := kafka.NewTyped(store, opts, decodeEvent, handler,
+		kafka.WithPerMessageCompletion(true), kafka.WithMaxPollRecords(50), kafka.WithHooks(hooks),
+		kafka.WithOnLost(func(context.Context, *kgo.Client, map[string][]int32) { hooks.incr("lost") }))
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	return c.Run(ctx)
+}

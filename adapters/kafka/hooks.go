@@ -31,6 +31,20 @@ type CommitHook interface {
 	OnCommit(topic string, partition int32, offset, lag int64)
 }
 
+// CommitErrorHook is told of every commit that failed (the offset stays pending
+// and is tried again, unless the partition is revoked or lost).
+type CommitErrorHook interface {
+	OnCommitError(topic string, partition int32, offset int64, err error)
+}
+
+func (c *Consumer[V, T]) onCommitError(topic string, partition int32, offset int64, err error) {
+	for _, h := range c.cfg.hooks {
+		if h, ok := h.(CommitErrorHook); ok {
+			h.OnCommitError(topic, partition, offset, err)
+		}
+	}
+}
+
 func (c *Consumer[V, T]) onOutcome(rec *kgo.Record, o consumer.Outcome) {
 	for _, h := range c.cfg.hooks {
 		if h, ok := h.(OutcomeHook); ok {
