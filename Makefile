@@ -6,7 +6,7 @@ STATICCHECK := bin/staticcheck
 STATICCHECK_VERSION := v0.8.2
 PKGS        := ./...
 
-.PHONY: demo test test-short bench lint ci up down clean
+.PHONY: demo test test-short bench bench-kafka lint ci up down clean
 
 ## demo: run the quickstart with zero set-up (in-process Redis unless IDEMKIT_REDIS_ADDR is set)
 demo:
@@ -23,6 +23,10 @@ test-short:
 ## bench: floor vs ExecuteIdempotently vs ExecuteBatch against a real Redis, one table
 bench:
 	$(GO) run ./internal/bench
+
+## bench-kafka: raw franz-go group consumption vs the Kafka adapter, one table
+bench-kafka:
+	$(GO) run ./internal/bench/kafka
 
 $(STATICCHECK):
 	GOBIN=$(CURDIR)/bin $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
