@@ -1,51 +1,42 @@
-// Command quickstart shows idemkit making a consumer idempotent, with zero set-up.
+// Command quickstart shows idemkit making a Kafka consumer idempotent, with zero
+// set-up: an in-process Kafka broker (franz-go's kfake) and an in-process Redis that
+// runs idemkit's own Lua scripts (miniredis). Set IDEMKIT_KAFKA_BROKERS and
+// IDEMKIT_REDIS_ADDR to use real ones.
 //
-// Several workers take order events from an at-least-once queue that delivers some
-// events twice (sometimes to two workers at once) and loses one worker mid-payment
-// (its connection to Redis dies with it and its messages are redelivered). Each
-// worker charges through consumer.ExecuteIdempotently. At the end a ledger counts
-// the charges per order: every order must be charged exactly once.
-//
-// Redis is an in-process server running the same Lua scripts (miniredis) unless
-// IDEMKIT_REDIS_ADDR names a real one. The program exits 1 if any order was charged
-// twice or not at all.
+// A producer publishes order events, a fifth of them twice. Three group members
+// charge them through the adapters/kafka runner; one member crashes in the middle
+// of a batch (its Redis connection dies, it never completes what it claimed, and it
+// drops out of the group). The survivors take its partitions and its claims over.
+// A ledger counts the charges per order: every order must be charged exactly once.
+// The program exits 1 if any order was charged twice or not at all.
 package main
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
-	"github.com/google/uuid"
+	"github.com/idemkit/idemkit/adapters/kafka"
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// orders is the namespace of this demo's idempotency keys.
-var orders = uuid.MustParse("3b0e2f8e-52c1-4c53-8a55-1f4a1d1b2c90")
-
-type event struct {
-	OrderID string
-	Amount  int
-}
-
-type delivery struct {
-	ev      event
-	attempt int
-}
-
-// receipt is what the charge handler returns and idemkit stores for duplicates.
-type receipt struct {
-	ChargeID string `json:"charge_id"`
-	Amount   int    `json:"amount"`
+type order struct {
+	ID     string `json:"id"`
+	Amount int    `json:"amount"`
 }
 
 // ledger is the side effect: the payment provider's book of charges.
@@ -54,196 +45,258 @@ type ledger struct {
 	charges map[string]int
 }
 
-func (l *ledger) charge(orderID string) {
+func (l *ledger) charge(id string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.charges[orderID]++
+	l.charges[id]++
 }
 
-// queue is an at-least-once queue: a message is delivered until it is acked, and a
-// retried one comes back after a delay.
-type queue struct {
-	ch          chan delivery
-	outstanding sync.WaitGroup
-	delivered   atomic.Int64
+func (l *ledger) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.charges)
 }
 
-func (q *queue) publish(ev event) { q.outstanding.Add(1); q.ch <- delivery{ev: ev, attempt: 1} }
-func (q *queue) ack()             { q.outstanding.Done() }
-func (q *queue) retryLater(d delivery, after time.Duration) {
-	d.attempt++
-	time.AfterFunc(after, func() { q.ch <- d })
+// tally counts what the members did, through the adapter's hooks.
+type tally struct {
+	delivered, success, duplicate, deadLettered atomic.Int64
 }
 
-type stats struct {
-	success, duplicate, inProgress, errors atomic.Int64
+func (t *tally) OnOutcome(_ *kgo.Record, o consumer.Outcome) {
+	t.delivered.Add(1)
+	switch o {
+	case consumer.Success:
+		t.success.Add(1)
+	case consumer.Duplicate:
+		t.duplicate.Add(1)
+	}
 }
+
+func (t *tally) OnDeadLetter(*kgo.Record, string, error) { t.deadLettered.Add(1) }
 
 func main() {
 	n := flag.Int("orders", 1000, "number of order events")
-	workers := flag.Int("workers", 4, "number of workers")
-	dupRate := flag.Float64("duplicates", 0.2, "share of events delivered twice")
+	dupShare := flag.Float64("duplicates", 0.2, "share of events published twice")
 	flag.Parse()
-	if err := run(*n, *workers, *dupRate); err != nil {
+	if err := run(*n, *dupShare); err != nil {
 		fmt.Fprintln(os.Stderr, "quickstart:", err)
 		os.Exit(1)
 	}
 }
 
-func run(n, workers int, dupRate float64) error {
-	addr, where := os.Getenv("IDEMKIT_REDIS_ADDR"), "Redis at "+os.Getenv("IDEMKIT_REDIS_ADDR")
-	if addr == "" {
+func run(n int, dupShare float64) error {
+	ctx := context.Background()
+	topic := "orders-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	brokers, kafkaWhere := strings.Split(os.Getenv("IDEMKIT_KAFKA_BROKERS"), ","), "Kafka at "+os.Getenv("IDEMKIT_KAFKA_BROKERS")
+	if os.Getenv("IDEMKIT_KAFKA_BROKERS") == "" {
+		cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(500*time.Millisecond))
+		if err != nil {
+			return err
+		}
+		defer cluster.Close()
+		brokers, kafkaWhere = cluster.ListenAddrs(), "in-process Kafka (kfake)"
+	}
+	redisAddr, redisWhere := os.Getenv("IDEMKIT_REDIS_ADDR"), "Redis at "+os.Getenv("IDEMKIT_REDIS_ADDR")
+	if redisAddr == "" {
 		mini, err := miniredis.Run()
 		if err != nil {
 			return err
 		}
 		defer mini.Close()
-		addr, where = mini.Addr(), "in-process Redis (miniredis) running idemkit's Lua scripts"
+		redisAddr, redisWhere = mini.Addr(), "in-process Redis (miniredis) running idemkit's Lua scripts"
 	}
-	lease := 500 * time.Millisecond
-	opts := []consumer.Option{
-		consumer.WithScope("payments"),
-		consumer.WithPrefix("idemkit-quickstart-" + strconv.FormatInt(time.Now().UnixNano(), 36)),
-		consumer.WithLease(lease),
-		consumer.WithLogger(slog.New(slog.DiscardHandler)),
-	}
-	client := redis.NewClient(&redis.Options{Addr: addr})
-	defer client.Close()
-	store, err := consumer.NewRedisStore(client, opts...)
+
+	admin, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
 		return err
 	}
-	if err := client.Ping(context.Background()).Err(); err != nil {
-		return fmt.Errorf("cannot reach Redis at %s: %w", addr, err)
+	defer admin.Close()
+	if _, err := kadm.NewClient(admin).CreateTopics(ctx, 8, 1, nil, topic, topic+".dlq"); err != nil {
+		return fmt.Errorf("create topics: %w", err)
+	}
+	published, err := publish(ctx, brokers, topic, n, dupShare)
+	if err != nil {
+		return err
 	}
 
+	quiet := slog.New(slog.DiscardHandler)
+	storeOpts := []consumer.Option{
+		consumer.WithScope("payments"),
+		consumer.WithPrefix("idemkit-quickstart-" + topic),
+		consumer.WithLease(500 * time.Millisecond),
+		consumer.WithLogger(quiet),
+	}
 	book := &ledger{charges: make(map[string]int)}
-	q := &queue{ch: make(chan delivery, 4*n)}
-	var st stats
+	var tl tally
 	var takenOver atomic.Int64
-	charge := func(ev event) func(ctx context.Context) (receipt, error) {
-		return func(ctx context.Context) (receipt, error) {
+	decode := func(rec *kgo.Record) (order, error) {
+		var o order
+		return o, json.Unmarshal(rec.Value, &o)
+	}
+	// A member with crashAfter > 0 "dies" once it has charged that many orders:
+	// its handlers block, never reaching the payment provider, until it is stopped.
+	newMember := func(rdb *redis.Client, crashAfter int64, crashed chan<- struct{}) (*kafka.Consumer[order, string], error) {
+		store, err := consumer.NewRedisStore(rdb, storeOpts...)
+		if err != nil {
+			return nil, err
+		}
+		var once sync.Once
+		var mine atomic.Int64
+		charge := func(ctx context.Context, o order, _ *kgo.Record) (string, error) {
 			info, _ := consumer.InfoFromContext(ctx)
+			if crashAfter > 0 && mine.Add(1) > crashAfter {
+				once.Do(func() { close(crashed) })
+				<-ctx.Done()
+				return "", context.Cause(ctx)
+			}
 			if info.Attempt > 1 {
 				takenOver.Add(1)
 			}
-			time.Sleep(time.Duration(rand.IntN(300)) * time.Microsecond) // the provider's latency
-			book.charge(ev.OrderID)
-			return receipt{ChargeID: "ch_" + ev.OrderID + "_" + strconv.FormatInt(info.Fence, 10), Amount: ev.Amount}, nil
+			book.charge(o.ID)
+			return "ch_" + o.ID, nil
 		}
+		return kafka.NewTyped(store, []kgo.Opt{
+			kgo.SeedBrokers(brokers...),
+			kgo.ConsumerGroup("billing"),
+			kgo.ConsumeTopics(topic),
+			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+			kgo.SessionTimeout(time.Second),
+			kgo.HeartbeatInterval(200 * time.Millisecond),
+			kgo.RebalanceTimeout(3 * time.Second),
+			kgo.FetchMaxWait(100 * time.Millisecond),
+		}, decode, charge, kafka.WithHooks(&tl), kafka.WithMaxPollRecords(100), kafka.WithLogger(quiet),
+			kafka.WithShutdownGrace(0),
+			// Complete each record as its handler returns: a member that dies in the
+			// middle of a batch then leaves nothing charged-but-unrecorded behind.
+			kafka.WithPerMessageCompletion(true))
 	}
 
-	// One worker dies while charging three orders: its Redis connection goes with
-	// it, so it can neither renew its leases nor complete. The queue redelivers its
-	// unacked messages to the surviving workers.
-	crashed := []event{{"crash-1", 10}, {"crash-2", 20}, {"crash-3", 30}}
-	doomedClient := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
-	doomed, err := consumer.NewRedisStore(doomedClient, opts...)
+	start := time.Now()
+	shared := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer shared.Close()
+	// The doomed member joins first and dies in the middle of a batch, after
+	// charging 100 orders; two more members join meanwhile.
+	doomedRedis := redis.NewClient(&redis.Options{Addr: redisAddr, MaxRetries: -1})
+	crashed := make(chan struct{})
+	doomed, err := newMember(doomedRedis, int64(min(100, n/10)), crashed)
 	if err != nil {
 		return err
 	}
-	ctx := context.Background()
-	var dying sync.WaitGroup
-	for _, ev := range crashed {
-		claimed := make(chan struct{})
-		dying.Add(1)
-		go func() {
-			defer dying.Done()
-			consumer.ExecuteIdempotently(ctx, doomed, consumer.NewKey(orders, ev.OrderID), []byte(ev.OrderID),
-				func(ctx context.Context) (receipt, error) {
-					close(claimed)
-					<-ctx.Done() // "dead": it never reaches the payment provider
-					return receipt{}, context.Cause(ctx)
-				})
-		}()
-		<-claimed
-	}
-	_ = doomedClient.Close()
-
-	// Publish: every order once, some twice, and the crashed worker's three again.
-	var events []event
-	for i := 0; i < n; i++ {
-		events = append(events, event{OrderID: fmt.Sprintf("order-%05d", i), Amount: 100 + i%900})
-	}
-	stream := append([]event(nil), events...)
-	for _, ev := range events {
-		if rand.Float64() < dupRate {
-			stream = append(stream, ev)
+	stopDoomed := runMember(doomed)
+	var members []func()
+	for i := 0; i < 2; i++ {
+		m, err := newMember(shared, 0, nil)
+		if err != nil {
+			return err
 		}
+		members = append(members, runMember(m))
 	}
-	rand.Shuffle(len(stream), func(i, j int) { stream[i], stream[j] = stream[j], stream[i] })
-	stream = append(crashed, stream...)
+	select {
+	case <-crashed:
+	case <-time.After(30 * time.Second):
+		return errors.New("the doomed member never got records")
+	}
+	_ = doomedRedis.Close() // its connection dies with it: no renewal, no completion
+	stopDoomed()
 
-	start := time.Now()
-	var wg sync.WaitGroup
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for d := range q.ch {
-				q.delivered.Add(1)
-				key := consumer.NewKey(orders, d.ev.OrderID)
-				r := consumer.ExecuteIdempotently(ctx, store, key, []byte(d.ev.OrderID), charge(d.ev))
-				switch r.Action() {
-				case consumer.Settle:
-					if r.Outcome == consumer.Success {
-						st.success.Add(1)
-					} else {
-						st.duplicate.Add(1)
-					}
-					q.ack()
-				case consumer.Wait:
-					st.inProgress.Add(1)
-					q.retryLater(d, min(r.LeaseLeft, 100*time.Millisecond)+10*time.Millisecond)
-				case consumer.Retry:
-					st.errors.Add(1)
-					q.retryLater(d, 50*time.Millisecond)
-				case consumer.DeadLetter:
-					st.errors.Add(1)
-					fmt.Fprintf(os.Stderr, "dead-letter %s: %v\n", d.ev.OrderID, r.Err)
-					q.ack()
-				}
-			}
-		}()
+	deadline := time.Now().Add(2 * time.Minute)
+	for book.count() < n || lag(ctx, admin, topic) != 0 {
+		if time.Now().After(deadline) {
+			return errors.New("timed out before every order was charged and committed")
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	for _, ev := range stream {
-		q.publish(ev)
-	}
-	q.outstanding.Wait()
-	close(q.ch)
-	wg.Wait()
-	dying.Wait()
 	elapsed := time.Since(start)
+	for _, stop := range members {
+		stop()
+	}
 
-	double, missing := 0, 0
-	for _, ev := range append(events, crashed...) {
-		switch c := book.charges[ev.OrderID]; {
+	double, missing, executed := 0, 0, 0
+	for i := 0; i < n; i++ {
+		id := orderID(i)
+		switch c := book.charges[id]; {
 		case c > 1:
 			double++
-			fmt.Fprintf(os.Stderr, "order %s charged %d times\n", ev.OrderID, c)
+			fmt.Fprintf(os.Stderr, "order %s charged %d times\n", id, c)
 		case c == 0:
 			missing++
-			fmt.Fprintf(os.Stderr, "order %s never charged\n", ev.OrderID)
+			fmt.Fprintf(os.Stderr, "order %s never charged\n", id)
 		}
+		executed += book.charges[id]
 	}
-	executed := 0
-	for _, c := range book.charges {
-		executed += c
-	}
-	fmt.Printf("idemkit quickstart: %d workers, %d orders, %s\n\n", workers, n+len(crashed), where)
-	row := func(name string, v any) { fmt.Printf("  %-38s %8v\n", name, v) }
-	row("messages delivered", q.delivered.Load())
+	fmt.Printf("idemkit quickstart: 3 group members (one crashes), %d orders on 8 partitions\n", n)
+	fmt.Printf("  %s; %s\n", kafkaWhere, redisWhere)
+	fmt.Printf("  completion per message (kafka.WithPerMessageCompletion)\n\n")
+	row := func(name string, v any) { fmt.Printf("  %-42s %8v\n", name, v) }
+	row("records published (with duplicates)", published)
+	row("records settled by the group", tl.delivered.Load())
 	row("handlers executed (orders charged)", executed)
-	row("duplicates skipped", st.duplicate.Load())
-	row("in progress elsewhere, retried later", st.inProgress.Load())
-	row("taken over after a worker crash", takenOver.Load())
-	row("errors", st.errors.Load())
+	row("duplicates skipped", tl.duplicate.Load())
+	row("claims taken over after the crash", takenOver.Load())
+	row("dead-lettered", tl.deadLettered.Load())
 	row("double executions", double)
 	row("orders never charged", missing)
-	fmt.Printf("\n  %d deliveries in %v\n", q.delivered.Load(), elapsed.Round(time.Millisecond))
+	fmt.Printf("\n  done in %v\n", elapsed.Round(time.Millisecond))
 	if double > 0 || missing > 0 {
 		return fmt.Errorf("%d orders charged twice, %d never charged", double, missing)
 	}
 	fmt.Println("  every order charged exactly once")
 	return nil
+}
+
+func orderID(i int) string { return fmt.Sprintf("order-%05d", i) }
+
+func runMember(c *kafka.Consumer[order, string]) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = c.Run(ctx)
+	}()
+	return func() { cancel(); <-done }
+}
+
+// publish sends n orders, the first dupShare of them twice, each with its order id
+// as the Idempotency-Key header.
+func publish(ctx context.Context, brokers []string, topic string, n int, dupShare float64) (int, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic))
+	if err != nil {
+		return 0, err
+	}
+	defer cl.Close()
+	var recs []*kgo.Record
+	add := func(i int) {
+		body, _ := json.Marshal(order{ID: orderID(i), Amount: 100 + i%900})
+		recs = append(recs, &kgo.Record{Key: []byte(orderID(i)), Value: body,
+			Headers: []kgo.RecordHeader{{Key: kafka.DefaultKeyHeader, Value: []byte(orderID(i))}}})
+	}
+	for i := 0; i < n; i++ {
+		add(i)
+		if i < int(float64(n)*dupShare) {
+			add(i) // the producer retried: the same event again
+		}
+	}
+	return len(recs), cl.ProduceSync(ctx, recs...).FirstErr()
+}
+
+// lag is the group's uncommitted record count on topic, -1 when it cannot be read.
+func lag(ctx context.Context, admin *kgo.Client, topic string) int64 {
+	adm := kadm.NewClient(admin)
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		return -1
+	}
+	committed, err := adm.FetchOffsets(ctx, "billing")
+	if err != nil {
+		return -1
+	}
+	var total int64
+	ends.Each(func(o kadm.ListedOffset) {
+		at := int64(0)
+		if c, ok := committed.Lookup(topic, o.Partition); ok {
+			at = c.At
+		}
+		total += o.Offset - at
+	})
+	return total
 }
