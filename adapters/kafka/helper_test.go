@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemkit/idemkit/adapters/kafka"
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -71,7 +72,7 @@ func runMember(mode string) error {
 	if err != nil {
 		return err
 	}
-	book := newLedger(rdb, prefix)
+	book := testenv.NewLedger(rdb, prefix)
 	trap, _ := strconv.Atoi(os.Getenv(envTrap))
 	var effects atomic.Int64
 	var frozen atomic.Bool
@@ -85,7 +86,7 @@ func runMember(mode string) error {
 			// zombie: stopped here; when resumed it writes anyway, with its old fence
 			time.Sleep(500 * time.Millisecond)
 		}
-		if _, err := book.apply(ctx, ev.ID); err != nil {
+		if _, err := book.Apply(ctx, ev.ID); err != nil {
 			return "", err
 		}
 		hooks.incr("effects")

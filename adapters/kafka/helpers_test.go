@@ -6,15 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/idemkit/idemkit/adapters/kafka"
-	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/internal/testenv"
-	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -30,66 +27,6 @@ func TestMain(m *testing.M) {
 type event struct {
 	ID     string `json:"id"`
 	Amount int    `json:"amount"`
-}
-
-// ledger is the side effect, kept in Redis so that member processes share it: a
-// write is effective only when its fence is larger than the last one for the event
-// (a store that rejects stale writers), and effective writes are counted.
-type ledger struct {
-	c         redis.UniversalClient
-	fences    string
-	countsKey string
-}
-
-var ledgerScript = redis.NewScript(`
-local f = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
-if tonumber(ARGV[2]) <= f then
-  redis.call('HINCRBY', KEYS[2], '_stale', 1)
-  return 0
-end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-redis.call('HINCRBY', KEYS[2], ARGV[1], 1)
-return 1`)
-
-func newLedger(c redis.UniversalClient, prefix string) *ledger {
-	return &ledger{c: c, fences: "{" + prefix + "}:ledger-fences", countsKey: "{" + prefix + "}:ledger-counts"}
-}
-
-// apply writes the effect of event id under the handler's fence.
-func (l *ledger) apply(ctx context.Context, id string) (bool, error) {
-	fence, ok := consumer.FenceFromContext(ctx)
-	if !ok {
-		return false, fmt.Errorf("no fence in the handler's context")
-	}
-	n, err := ledgerScript.Run(context.WithoutCancel(ctx), l.c, []string{l.fences, l.countsKey}, id, fence).Int()
-	return n == 1, err
-}
-
-func (l *ledger) counts(t *testing.T) (map[string]int, int) {
-	t.Helper()
-	all, err := l.c.HGetAll(context.Background(), l.countsKey).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := make(map[string]int, len(all))
-	stale := 0
-	for k, v := range all {
-		n, _ := strconv.Atoi(v)
-		if k == "_stale" {
-			stale = n
-			continue
-		}
-		out[k] = n
-	}
-	return out, stale
-}
-
-func (l *ledger) total(t *testing.T) int {
-	n, err := l.c.HLen(context.Background(), l.countsKey).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return int(n)
 }
 
 // produce publishes events, each with its id as Idempotency-Key and as record key;

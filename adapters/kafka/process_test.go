@@ -41,7 +41,7 @@ func startProcess(t *testing.T, mode string, brokers []string, prefix string, tr
 }
 
 // survivor is an in-process member of the same group, with the same store.
-func survivor(t *testing.T, brokers []string, rdb redis.UniversalClient, prefix string, book *ledger) *member {
+func survivor(t *testing.T, brokers []string, rdb redis.UniversalClient, prefix string, book *testenv.Ledger) *member {
 	store, err := consumer.NewRedisStore(rdb, consumer.WithPrefix(prefix), consumer.WithScope("payments"),
 		consumer.WithLease(time.Second))
 	if err != nil {
@@ -68,9 +68,9 @@ func memberStats(t *testing.T, rdb redis.UniversalClient, prefix string) map[str
 	return out
 }
 
-func checkExactlyOnce(t *testing.T, book *ledger, events []event) map[string]int {
+func checkExactlyOnce(t *testing.T, book *testenv.Ledger, events []event) map[string]int {
 	t.Helper()
-	counts, _ := book.counts(t)
+	counts, _ := book.Counts(t)
 	for _, ev := range events {
 		if counts[ev.ID] != 1 {
 			t.Errorf("event %s charged %d times, want 1", ev.ID, counts[ev.ID])
@@ -87,7 +87,7 @@ func TestMemberKilledMidBatch(t *testing.T) {
 	brokers, _ := testenv.Kafka(t, 8, "payments", "payments.dlq")
 	rdb := testenv.Redis(t)
 	prefix := testenv.Prefix(t)
-	book := newLedger(rdb, prefix)
+	book := testenv.NewLedger(rdb, prefix)
 	events := produce(t, brokers, "payments", n, 0.2)
 
 	child := startProcess(t, "kill", brokers, prefix, 300)
@@ -107,7 +107,7 @@ func TestMemberKilledMidBatch(t *testing.T) {
 	})
 	checkExactlyOnce(t, book, events)
 	stats := memberStats(t, rdb, prefix)
-	fences, _ := rdb.HGetAll(context.Background(), book.fences).Result()
+	fences, _ := rdb.HGetAll(context.Background(), book.Fences).Result()
 	takenOver := 0
 	for _, f := range fences {
 		if f != "1" {
@@ -130,7 +130,7 @@ func TestZombieMemberIsFencedOut(t *testing.T) {
 	brokers, _ := testenv.Kafka(t, 8, "payments", "payments.dlq")
 	rdb := testenv.Redis(t)
 	prefix := testenv.Prefix(t)
-	book := newLedger(rdb, prefix)
+	book := testenv.NewLedger(rdb, prefix)
 	events := produce(t, brokers, "payments", n, 0.2)
 
 	child := startProcess(t, "zombie", brokers, prefix, 300)
@@ -159,7 +159,7 @@ func TestZombieMemberIsFencedOut(t *testing.T) {
 		t.Fatalf("lag %d after the zombie ended: it must not move committed offsets back", l)
 	}
 	checkExactlyOnce(t, book, events)
-	_, stale := book.counts(t)
+	_, stale := book.Counts(t)
 	stats := memberStats(t, rdb, prefix)
 	if stale == 0 {
 		t.Fatal("no stale write was rejected: the zombie never wrote after resuming")

@@ -1,0 +1,318 @@
+package amqp_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	idemamqp "github.com/idemkit/idemkit/adapters/amqp"
+	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/internal/testenv"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+	"github.com/redis/go-redis/v9"
+)
+
+type counters struct {
+	outcomes   [5]atomic.Int64
+	retries    atomic.Int64
+	dead       atomic.Int64
+	reconnects atomic.Int64
+}
+
+func (c *counters) OnOutcome(_ amqp091.Delivery, o consumer.Outcome) { c.outcomes[o].Add(1) }
+func (c *counters) OnRetry(amqp091.Delivery, int, string, error)     { c.retries.Add(1) }
+func (c *counters) OnDeadLetter(amqp091.Delivery, string)            { c.dead.Add(1) }
+func (c *counters) OnReconnect(error)                                { c.reconnects.Add(1) }
+
+func checkExactlyOnce(t *testing.T, book *testenv.Ledger, orders []order) {
+	t.Helper()
+	counts, stale := book.Counts(t)
+	if len(counts) != len(orders) {
+		t.Errorf("%d orders fulfilled, want %d", len(counts), len(orders))
+	}
+	for _, o := range orders {
+		if counts[o.ID] != 1 {
+			t.Errorf("order %s fulfilled %d times, want 1", o.ID, counts[o.ID])
+		}
+	}
+	if stale != 0 {
+		t.Errorf("%d stale writes", stale)
+	}
+}
+
+// 10,000 orders, a fifth published twice, 4 workers with prefetch 50: every order
+// fulfilled exactly once, the queue and the dead-letter queue empty at the end.
+func TestExactlyOnceWithDuplicates(t *testing.T) {
+	url := testenv.AMQP(t)
+	store, book, _ := newStore(t)
+	topo := topology(t, url, false)
+	orders := publish(t, url, topo.Queue, 10000, 0.2)
+	hooks := &counters{}
+	for i := 0; i < 4; i++ {
+		w, err := idemamqp.NewTypedWorker(store, url, topo, decodeOrder, fulfil(book),
+			idemamqp.WithPrefetch(50), idemamqp.WithConcurrency(4), idemamqp.WithHooks(hooks))
+		if err != nil {
+			t.Fatal(err)
+		}
+		start(t, w)
+	}
+	eventually(t, 120*time.Second, "every delivery settled", func() bool {
+		return hooks.outcomes[consumer.Success].Load()+hooks.outcomes[consumer.Duplicate].Load() >= 12000
+	})
+	checkExactlyOnce(t, book, orders)
+	if q, d := depth(t, url, topo.Queue), depth(t, url, topo.DeadLetterQueue); q != 0 || d != 0 {
+		t.Fatalf("queue depth %d, dead-letter depth %d; want 0 and 0", q, d)
+	}
+	if s := hooks.outcomes[consumer.Success].Load(); s != 10000 {
+		t.Fatalf("%d SUCCESS, want 10000", s)
+	}
+}
+
+// Every connection is force-closed twice mid-run: the workers reconnect and
+// nothing is lost or done twice.
+func TestForcedConnectionCloses(t *testing.T) {
+	url := testenv.AMQP(t)
+	if !haveRabbitmqctl() {
+		t.Skip("needs rabbitmqctl on the broker's machine")
+	}
+	store, book, _ := newStore(t)
+	topo := topology(t, url, false)
+	orders := publish(t, url, topo.Queue, 4000, 0.2)
+	hooks := &counters{}
+	slow := func(ctx context.Context, o order, d amqp091.Delivery) (string, error) {
+		time.Sleep(200 * time.Microsecond)
+		return fulfil(book)(ctx, o, d)
+	}
+	for i := 0; i < 4; i++ {
+		w, err := idemamqp.NewTypedWorker(store, url, topo, decodeOrder, slow, idemamqp.WithPrefetch(50),
+			idemamqp.WithHooks(hooks), idemamqp.WithReconnectBackoff(50*time.Millisecond, 500*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		start(t, w)
+	}
+	for round := 1; round <= 2; round++ {
+		eventually(t, 60*time.Second, "progress before the forced close", func() bool { return book.Total(t) >= round*1200 })
+		closeAllConnections(t)
+		eventually(t, 30*time.Second, "the workers to reconnect", func() bool { return hooks.reconnects.Load() >= int64(4*round) })
+	}
+	eventually(t, 120*time.Second, "every order fulfilled", func() bool { return book.Total(t) >= 4000 })
+	eventually(t, 60*time.Second, "the queue to drain", func() bool { return depth(t, url, topo.Queue) == 0 })
+	time.Sleep(300 * time.Millisecond) // the last retries' delays
+	checkExactlyOnce(t, book, orders)
+	if d := depth(t, url, topo.DeadLetterQueue); d != 0 {
+		t.Fatalf("%d dead-lettered, want 0", d)
+	}
+	t.Logf("%d reconnects, %d SUCCESS, %d DUPLICATE, %d retries", hooks.reconnects.Load(),
+		hooks.outcomes[consumer.Success].Load(), hooks.outcomes[consumer.Duplicate].Load(), hooks.retries.Load())
+}
+
+// A poison message is dead-lettered after exactly max attempts, with headers giving
+// the reason, the attempts and the original routing; it went through the delayed
+// retry queue in between, never an immediate requeue.
+func TestPoisonDeadLetteredAfterMaxAttempts(t *testing.T) {
+	url := testenv.AMQP(t)
+	store, book, _ := newStore(t, consumer.WithMaxAttempts(3))
+	topo := topology(t, url, true) // quorum queues
+	var poisonRuns atomic.Int32
+	var deliveries []time.Time
+	handler := func(ctx context.Context, o order, d amqp091.Delivery) (string, error) {
+		if o.ID == "poison" {
+			poisonRuns.Add(1)
+			deliveries = append(deliveries, time.Now())
+			return "", errors.New("warehouse API timed out")
+		}
+		return fulfil(book)(ctx, o, d)
+	}
+	hooks := &counters{}
+	w, err := idemamqp.NewTypedWorker(store, url, topo, decodeOrder, handler, idemamqp.WithHooks(hooks), idemamqp.WithConcurrency(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	publishRaw(t, url, topo.Queue,
+		amqp091.Publishing{MessageId: "poison", Body: []byte(`{"id":"poison","items":1}`)},
+		amqp091.Publishing{MessageId: "fine", Body: []byte(`{"id":"fine","items":1}`)})
+	start(t, w)
+	eventually(t, 30*time.Second, "the poison message dead-lettered", func() bool { return hooks.dead.Load() == 1 })
+	if poisonRuns.Load() != 3 || hooks.retries.Load() != 2 {
+		t.Fatalf("poison ran %d times with %d retries; want 3 and 2", poisonRuns.Load(), hooks.retries.Load())
+	}
+	for i := 1; i < len(deliveries); i++ {
+		if gap := deliveries[i].Sub(deliveries[i-1]); gap < 90*time.Millisecond {
+			t.Fatalf("retry %d came after %v: not delayed", i, gap)
+		}
+	}
+	dead := drain(t, url, topo.DeadLetterQueue)
+	if len(dead) != 1 {
+		t.Fatalf("%d dead letters", len(dead))
+	}
+	h := dead[0].Headers
+	if h[idemamqp.HeaderAttempts] != int32(3) || h[idemamqp.HeaderOutcome] != "ERROR" || h[idemamqp.HeaderKey] != "poison" ||
+		h[idemamqp.HeaderOriginalQueue] != topo.Queue || h[idemamqp.HeaderOriginalRouting] != topo.Queue ||
+		!strings.Contains(h[idemamqp.HeaderReason].(string), "warehouse API timed out") ||
+		!strings.Contains(h[idemamqp.HeaderReason].(string), "attempts exhausted") {
+		t.Fatalf("dead-letter headers %v", h)
+	}
+	if string(dead[0].Body) != `{"id":"poison","items":1}` || dead[0].MessageId != "poison" {
+		t.Fatalf("dead letter body %q id %q", dead[0].Body, dead[0].MessageId)
+	}
+	if counts, _ := book.Counts(t); counts["fine"] != 1 {
+		t.Fatalf("the good message was fulfilled %d times", counts["fine"])
+	}
+}
+
+// A delivery whose key another worker holds goes to the delayed-retry queue for
+// at least the lease left, and on its next delivery takes over the dead claim:
+// exactly two deliveries.
+func TestInProgressCollisionRetriesAfterDelay(t *testing.T) {
+	url := testenv.AMQP(t)
+	store, book, _ := newStore(t, consumer.WithLease(500*time.Millisecond))
+	topo := topology(t, url, false)
+	if rep := store.Begin(context.Background(), []consumer.Claim{{Key: "held", Owner: "crashed-worker"}})[0]; !rep.Claimed() {
+		t.Fatalf("claim: %+v", rep)
+	}
+	var deliveries atomic.Int32
+	handler := func(ctx context.Context, o order, d amqp091.Delivery) (string, error) {
+		return fulfil(book)(ctx, o, d)
+	}
+	hooks := &counters{}
+	w, err := idemamqp.NewTypedWorker(store, url, topo, decodeOrder, handler, idemamqp.WithHooks(hooks),
+		idemamqp.WithHooks(deliveryCounter{&deliveries}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	publishRaw(t, url, topo.Queue, amqp091.Publishing{MessageId: "held", Body: []byte(`{"id":"held","items":1}`)})
+	start(t, w)
+	eventually(t, 10*time.Second, "the held order fulfilled", func() bool { return hooks.outcomes[consumer.Success].Load() == 1 })
+	if took := time.Since(began); took < 500*time.Millisecond {
+		t.Fatalf("fulfilled after %v, before the other claim's lease ran out", took)
+	}
+	time.Sleep(time.Second) // nothing else may arrive
+	if n := deliveries.Load(); n != 2 {
+		t.Fatalf("%d deliveries, want exactly 2 (in progress, then taken over)", n)
+	}
+	if hooks.outcomes[consumer.InProgress].Load() != 1 || hooks.retries.Load() != 1 {
+		t.Fatalf("%d IN_PROGRESS, %d retries; want 1 and 1", hooks.outcomes[consumer.InProgress].Load(), hooks.retries.Load())
+	}
+}
+
+type deliveryCounter struct{ n *atomic.Int32 }
+
+func (c deliveryCounter) OnOutcome(amqp091.Delivery, consumer.Outcome) { c.n.Add(1) }
+
+// Missing keys, undecodable bodies and a closed store: dead-letters or delayed
+// retries with a bounded number of deliveries, never a panic or a hot loop.
+func TestBadInput(t *testing.T) {
+	url := testenv.AMQP(t)
+	store, book, _ := newStore(t)
+	topo := topology(t, url, false)
+	hooks := &counters{}
+	w, err := idemamqp.NewTypedWorker(store, url, topo, decodeOrder, fulfil(book), idemamqp.WithHooks(hooks))
+	if err != nil {
+		t.Fatal(err)
+	}
+	publishRaw(t, url, topo.Queue,
+		amqp091.Publishing{Body: []byte(`{"id":"no-message-id","items":1}`)},
+		amqp091.Publishing{MessageId: "garbled", Body: []byte(`{not json`)},
+		amqp091.Publishing{MessageId: "ok", Body: []byte(`{"id":"ok","items":1}`)})
+	r := start(t, w)
+	eventually(t, 10*time.Second, "two dead letters", func() bool { return hooks.dead.Load() == 2 })
+	eventually(t, 10*time.Second, "the good order", func() bool { return hooks.outcomes[consumer.Success].Load() == 1 })
+	r.stop()
+	reasons := map[string]string{}
+	for _, d := range drain(t, url, topo.DeadLetterQueue) {
+		reasons[d.Headers[idemamqp.HeaderOutcome].(string)] = d.Headers[idemamqp.HeaderReason].(string)
+	}
+	if !strings.Contains(reasons["NO_KEY"], "empty key") || !strings.Contains(reasons["UNDECODABLE"], "undecodable") {
+		t.Fatalf("dead-letter reasons %v", reasons)
+	}
+
+	// A store whose Redis client is closed: every delivery is a retryable ERROR, sent
+	// through the delayed-retry queue, dead-lettered after max attempts.
+	deadRedis := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
+	_ = deadRedis.Close()
+	closed, err := consumer.NewRedisStore(deadRedis, consumer.WithMaxAttempts(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hooks2 := &counters{}
+	var runs atomic.Int32
+	w2, err := idemamqp.NewTypedWorker(closed, url, topo, decodeOrder,
+		func(ctx context.Context, o order, d amqp091.Delivery) (string, error) { runs.Add(1); return "", nil },
+		idemamqp.WithHooks(hooks2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	publishRaw(t, url, topo.Queue, amqp091.Publishing{MessageId: "store-down", Body: []byte(`{"id":"store-down","items":1}`)})
+	start(t, w2)
+	eventually(t, 10*time.Second, "the message dead-lettered", func() bool { return hooks2.dead.Load() == 1 })
+	time.Sleep(500 * time.Millisecond)
+	if runs.Load() != 0 || hooks2.retries.Load() != 3 || hooks2.outcomes[consumer.Error].Load() != 3 {
+		t.Fatalf("closed store: %d runs, %d retries, %d errors; want 0 (fail closed), 3 and 3",
+			runs.Load(), hooks2.retries.Load(), hooks2.outcomes[consumer.Error].Load())
+	}
+	dead := drain(t, url, topo.DeadLetterQueue)
+	if len(dead) != 1 || !strings.Contains(dead[0].Headers[idemamqp.HeaderReason].(string), "store unavailable") {
+		t.Fatalf("dead letters %v", dead)
+	}
+}
+
+func TestTopologyConflict(t *testing.T) {
+	url := testenv.AMQP(t)
+	classic := topology(t, url, false)
+	quorum := classic
+	quorum.Quorum = true
+	err := quorum.Declare(dial(t, url))
+	var conflict *idemamqp.TopologyConflictError
+	if !errors.As(err, &conflict) || conflict.Queue != classic.Queue || conflict.Argument != "x-queue-type" {
+		t.Fatalf("declare over a classic queue as quorum: %v", err)
+	}
+	// The worker refuses to run on it, and says why.
+	store, _, _ := newStore(t)
+	w, err := idemamqp.NewWorker(store, url, quorum, func(ctx context.Context, d amqp091.Delivery) (int, error) { return 0, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Run(context.Background()); !errors.As(err, &conflict) {
+		t.Fatalf("Run on a conflicting topology: %v", err)
+	}
+	// Declaring the same topology again is fine.
+	if err := classic.Declare(dial(t, url)); err != nil {
+		t.Fatalf("declare again: %v", err)
+	}
+}
+
+func TestInvalidConfiguration(t *testing.T) {
+	store, _, _ := newStore(t)
+	h := func(ctx context.Context, d amqp091.Delivery) (int, error) { return 0, nil }
+	topo := idemamqp.Topology{Queue: "q"}
+	for _, tc := range []struct {
+		name  string
+		store consumer.Store
+		url   string
+		topo  idemamqp.Topology
+		opts  []idemamqp.Opt
+		hint  string
+	}{
+		{"nil store", nil, testenv.LocalAMQPURL, topo, nil, "nil store"},
+		{"empty url", store, "", topo, nil, "URL"},
+		{"bad url", store, "http://x", topo, nil, "URL"},
+		{"no queue", store, testenv.LocalAMQPURL, idemamqp.Topology{}, nil, "Topology.Queue"},
+		{"dlq is queue", store, testenv.LocalAMQPURL, idemamqp.Topology{Queue: "q", DeadLetterQueue: "q"}, nil, "DeadLetterQueue"},
+		{"bad delay", store, testenv.LocalAMQPURL, idemamqp.Topology{Queue: "q", RetryDelays: []time.Duration{time.Microsecond}}, nil, "retry delay"},
+		{"prefetch", store, testenv.LocalAMQPURL, topo, []idemamqp.Opt{idemamqp.WithPrefetch(0)}, "WithPrefetch"},
+		{"concurrency", store, testenv.LocalAMQPURL, topo, []idemamqp.Opt{idemamqp.WithPrefetch(2), idemamqp.WithConcurrency(5)}, "WithConcurrency"},
+		{"value key", store, testenv.LocalAMQPURL, topo, []idemamqp.Opt{idemamqp.WithValueKey(func(o order) (consumer.Key, error) { return "", nil })}, "WithValueKey"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := idemamqp.NewWorker(tc.store, tc.url, tc.topo, h, tc.opts...)
+			if !errors.Is(err, idemamqp.ErrConfig) || !strings.Contains(err.Error(), tc.hint) {
+				t.Fatalf("err = %v, want ErrConfig mentioning %q", err, tc.hint)
+			}
+		})
+	}
+}

@@ -1,0 +1,155 @@
+package amqp
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"time"
+
+	"github.com/idemkit/idemkit/consumer"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+)
+
+// ErrConfig is matched by every configuration error of NewWorker and NewTypedWorker.
+var ErrConfig = errors.New("amqp: invalid configuration")
+
+func configError(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrConfig}, args...)...)
+}
+
+// Headers the adapter writes.
+const (
+	HeaderAttempts        = "x-idemkit-attempts"
+	HeaderReason          = "x-idemkit-reason"
+	HeaderOutcome         = "x-idemkit-outcome"
+	HeaderKey             = "x-idemkit-key"
+	HeaderOriginalQueue   = "x-idemkit-original-queue"
+	HeaderOriginalExch    = "x-idemkit-original-exchange"
+	HeaderOriginalRouting = "x-idemkit-original-routing-key"
+)
+
+// KeyFunc returns a delivery's idempotency key; v is the decoded body (the delivery
+// itself for NewWorker).
+type KeyFunc func(d amqp091.Delivery, v any) (consumer.Key, error)
+
+// Opt configures a worker. Every option states its default.
+type Opt interface{ apply(*config) }
+
+type optFunc func(*config)
+
+func (f optFunc) apply(c *config) { f(c) }
+
+type config struct {
+	prefetch      int
+	concurrency   int
+	maxAttempts   int
+	keyHeader     string
+	keyFunc       KeyFunc
+	valueType     reflect.Type
+	declare       bool
+	perMessage    bool
+	shutdownGrace time.Duration
+	backoffBase   time.Duration
+	backoffMax    time.Duration
+	name          string
+	hooks         []Hook
+	logger        *slog.Logger
+}
+
+func defaults() config {
+	return config{
+		prefetch:      50,
+		concurrency:   4,
+		declare:       true,
+		shutdownGrace: 10 * time.Second,
+		backoffBase:   100 * time.Millisecond,
+		backoffMax:    10 * time.Second,
+		name:          "idemkit-worker",
+	}
+}
+
+// WithPrefetch sets the channel's prefetch count: how many unacked deliveries the
+// broker sends ahead, and the largest batch. Default 50.
+func WithPrefetch(n int) Opt { return optFunc(func(c *config) { c.prefetch = n }) }
+
+// WithConcurrency sets how many handlers run at once. Default 4.
+func WithConcurrency(n int) Opt { return optFunc(func(c *config) { c.concurrency = n }) }
+
+// WithMaxAttempts sets after how many deliveries (the adapter's x-idemkit-attempts
+// header) a message still failing or in progress goes to the dead-letter queue.
+// Default: the store's max attempts.
+func WithMaxAttempts(n int) Opt { return optFunc(func(c *config) { c.maxAttempts = n }) }
+
+// WithKeyHeader reads the key from the named header instead of MessageId.
+// Default "": the MessageId.
+func WithKeyHeader(name string) Opt { return optFunc(func(c *config) { c.keyHeader = name }) }
+
+// WithKeyFunc computes every delivery's key. Default none.
+func WithKeyFunc(fn func(d amqp091.Delivery) (consumer.Key, error)) Opt {
+	return optFunc(func(c *config) {
+		c.keyFunc = nil
+		if fn != nil {
+			c.keyFunc = func(d amqp091.Delivery, _ any) (consumer.Key, error) { return fn(d) }
+		}
+	})
+}
+
+// WithValueKey takes the key from the decoded body of a NewTypedWorker[V]. Default none.
+func WithValueKey[V any](fn func(v V) (consumer.Key, error)) Opt {
+	return optFunc(func(c *config) {
+		c.valueType, c.keyFunc = reflect.TypeFor[V](), nil
+		if fn != nil {
+			c.keyFunc = func(_ amqp091.Delivery, v any) (consumer.Key, error) { return fn(v.(V)) }
+		}
+	})
+}
+
+// WithDeclare turns declaring the topology at every (re)connection on or off.
+// Default on.
+func WithDeclare(on bool) Opt { return optFunc(func(c *config) { c.declare = on }) }
+
+// WithPerMessageCompletion completes each delivery in the store as its handler
+// returns instead of once per batch, narrowing the window in which a crash re-runs
+// finished handlers. Default off.
+func WithPerMessageCompletion(on bool) Opt { return optFunc(func(c *config) { c.perMessage = on }) }
+
+// WithShutdownGrace bounds how long the current batch may still run after Run's
+// context is cancelled. Default 10s.
+func WithShutdownGrace(d time.Duration) Opt { return optFunc(func(c *config) { c.shutdownGrace = d }) }
+
+// WithReconnectBackoff sets the reconnection backoff: base doubling to max, with
+// full jitter. Default 100ms to 10s.
+func WithReconnectBackoff(base, max time.Duration) Opt {
+	return optFunc(func(c *config) { c.backoffBase, c.backoffMax = base, max })
+}
+
+// WithName sets the connection name shown by the broker and the consumer tag
+// prefix. Default "idemkit-worker".
+func WithName(name string) Opt { return optFunc(func(c *config) { c.name = name }) }
+
+// WithHooks adds observers (see Hook). Default none.
+func WithHooks(hooks ...Hook) Opt {
+	return optFunc(func(c *config) { c.hooks = append(c.hooks, hooks...) })
+}
+
+// WithLogger sets the logger. Default: the store's.
+func WithLogger(l *slog.Logger) Opt { return optFunc(func(c *config) { c.logger = l }) }
+
+func (c *config) validate() error {
+	switch {
+	case c.prefetch < 1:
+		return configError("WithPrefetch(%d): give at least 1", c.prefetch)
+	case c.concurrency < 1:
+		return configError("WithConcurrency(%d): give at least 1", c.concurrency)
+	case c.concurrency > c.prefetch:
+		return configError("WithConcurrency(%d) above WithPrefetch(%d): handlers would wait for deliveries that never come", c.concurrency, c.prefetch)
+	case c.maxAttempts < 0:
+		return configError("WithMaxAttempts(%d): give at least 1", c.maxAttempts)
+	case c.backoffBase <= 0 || c.backoffMax < c.backoffBase:
+		return configError("WithReconnectBackoff(%v, %v): give 0 < base <= max", c.backoffBase, c.backoffMax)
+	case c.shutdownGrace < 0:
+		return configError("WithShutdownGrace(%v): give 0 or more", c.shutdownGrace)
+	}
+	return nil
+}

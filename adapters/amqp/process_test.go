@@ -1,0 +1,65 @@
+package amqp_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strconv"
+	"testing"
+	"time"
+
+	idemamqp "github.com/idemkit/idemkit/adapters/amqp"
+	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/internal/testenv"
+)
+
+// A worker process killed (SIGKILL) while its handlers run: its unacked deliveries
+// return to the queue; a surviving worker recognises the finished ones as
+// DUPLICATE and takes the claimed ones over once their leases run out. Every
+// order is fulfilled exactly once.
+func TestWorkerProcessKilledMidHandler(t *testing.T) {
+	url := testenv.AMQP(t)
+	store, book, prefix := newStore(t, consumer.WithLease(time.Second))
+	topo := topology(t, url, false)
+	orders := publish(t, url, topo.Queue, 2000, 0.2)
+
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), envWorker+"=1", envURL+"="+url, envRedis+"="+testenv.RedisAddr(t),
+		envPrefix+"="+prefix, envQueue+"="+topo.Queue, envTrap+"="+strconv.Itoa(300))
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	rdb := testenv.Redis(t)
+	eventually(t, 60*time.Second, "the worker process to hang in its handlers", func() bool {
+		return rdb.Exists(context.Background(), "{"+prefix+"}:trapped").Val() == 1
+	})
+	time.Sleep(300 * time.Millisecond) // it now holds claimed, unacked deliveries
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+
+	hooks := &counters{}
+	w, err := idemamqp.NewTypedWorker(store, url, topo, decodeOrder, fulfil(book), idemamqp.WithHooks(hooks))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, w)
+	eventually(t, 60*time.Second, "every order fulfilled", func() bool { return book.Total(t) >= len(orders) })
+	eventually(t, 30*time.Second, "the queue to drain", func() bool { return depth(t, url, topo.Queue) == 0 })
+	time.Sleep(time.Second) // retries in flight land
+	checkExactlyOnce(t, book, orders)
+	fences, _ := rdb.HGetAll(context.Background(), book.Fences).Result()
+	takenOver := 0
+	for _, f := range fences {
+		if f != "1" {
+			takenOver++
+		}
+	}
+	if takenOver == 0 || hooks.outcomes[consumer.InProgress].Load() == 0 {
+		t.Fatalf("%d claims taken over, %d IN_PROGRESS: the killed worker held no claims", takenOver, hooks.outcomes[consumer.InProgress].Load())
+	}
+	t.Logf("%d claims of the killed worker taken over after %d IN_PROGRESS retries", takenOver, hooks.outcomes[consumer.InProgress].Load())
+}
