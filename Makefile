@@ -1,12 +1,13 @@
 # Every command a user or CI runs. `make demo` needs nothing but Go; `make test`
-# needs redis-server on PATH (or IDEMKIT_REDIS_ADDR) and starts its own servers.
+# needs redis-server on PATH (or IDEMKIT_REDIS_ADDR) and a RabbitMQ broker on
+# 127.0.0.1:5672 (or IDEMKIT_AMQP_URL); .ci/run installs and starts both.
 
 GO          ?= go
 STATICCHECK := bin/staticcheck
 STATICCHECK_VERSION := v0.8.2
 PKGS        := ./...
 
-.PHONY: demo test test-short bench bench-kafka lint ci up down clean
+.PHONY: demo test test-short bench bench-kafka bench-amqp lint ci up down clean
 
 ## demo: run the quickstart with zero set-up (in-process Redis unless IDEMKIT_REDIS_ADDR is set)
 demo:
@@ -27,6 +28,10 @@ bench:
 ## bench-kafka: raw franz-go group consumption vs the Kafka adapter, one table
 bench-kafka:
 	$(GO) run ./internal/bench/kafka
+
+## bench-amqp: raw amqp091-go manual-ack consumer vs the RabbitMQ worker, one table
+bench-amqp:
+	$(GO) run ./internal/bench/amqp
 
 $(STATICCHECK):
 	GOBIN=$(CURDIR)/bin $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)

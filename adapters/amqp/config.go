@@ -50,6 +50,7 @@ type config struct {
 	declare       bool
 	perMessage    bool
 	shutdownGrace time.Duration
+	linger        time.Duration
 	backoffBase   time.Duration
 	backoffMax    time.Duration
 	name          string
@@ -63,6 +64,7 @@ func defaults() config {
 		concurrency:   4,
 		declare:       true,
 		shutdownGrace: 10 * time.Second,
+		linger:        2 * time.Millisecond,
 		backoffBase:   100 * time.Millisecond,
 		backoffMax:    10 * time.Second,
 		name:          "idemkit-worker",
@@ -114,6 +116,10 @@ func WithDeclare(on bool) Opt { return optFunc(func(c *config) { c.declare = on 
 // finished handlers. Default off.
 func WithPerMessageCompletion(on bool) Opt { return optFunc(func(c *config) { c.perMessage = on }) }
 
+// WithLinger sets how long a batch waits, after its first delivery, for more
+// deliveries (up to the prefetch count). 0 takes only what has arrived. Default 2ms.
+func WithLinger(d time.Duration) Opt { return optFunc(func(c *config) { c.linger = d }) }
+
 // WithShutdownGrace bounds how long the current batch may still run after Run's
 // context is cancelled. Default 10s.
 func WithShutdownGrace(d time.Duration) Opt { return optFunc(func(c *config) { c.shutdownGrace = d }) }
@@ -148,8 +154,8 @@ func (c *config) validate() error {
 		return configError("WithMaxAttempts(%d): give at least 1", c.maxAttempts)
 	case c.backoffBase <= 0 || c.backoffMax < c.backoffBase:
 		return configError("WithReconnectBackoff(%v, %v): give 0 < base <= max", c.backoffBase, c.backoffMax)
-	case c.shutdownGrace < 0:
-		return configError("WithShutdownGrace(%v): give 0 or more", c.shutdownGrace)
+	case c.shutdownGrace < 0 || c.linger < 0:
+		return configError("WithShutdownGrace(%v), WithLinger(%v): give 0 or more", c.shutdownGrace, c.linger)
 	}
 	return nil
 }

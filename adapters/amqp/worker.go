@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	mrand "math/rand/v2"
 	"reflect"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -188,23 +189,35 @@ func (w *Worker[V, T]) session(ctx, work context.Context) error {
 				return errors.New("amqp: consumer channel closed")
 			}
 		}
-		batch := []amqp091.Delivery{d}
-	drain:
-		for len(batch) < w.cfg.prefetch {
-			select {
-			case d, ok := <-deliveries:
-				if !ok {
-					break drain
-				}
-				batch = append(batch, d)
-			default:
-				break drain
-			}
-		}
+		batch := w.collect(d, deliveries)
 		if err := w.process(work, p, batch); err != nil {
 			return err
 		}
 	}
+}
+
+// collect gathers a batch after its first delivery: whatever follows within the
+// linger, up to the prefetch count. Deliveries reach the client one frame at a
+// time, so waiting a moment turns many one-message batches into one.
+func (w *Worker[V, T]) collect(first amqp091.Delivery, deliveries <-chan amqp091.Delivery) []amqp091.Delivery {
+	batch := []amqp091.Delivery{first}
+	if w.cfg.linger <= 0 {
+		return batch
+	}
+	t := time.NewTimer(w.cfg.linger)
+	defer t.Stop()
+	for len(batch) < w.cfg.prefetch {
+		select {
+		case d, ok := <-deliveries:
+			if !ok {
+				return batch
+			}
+			batch = append(batch, d)
+		case <-t.C:
+			return batch
+		}
+	}
+	return batch
 }
 
 // prepare decodes d and finds its key.
@@ -232,9 +245,35 @@ func (w *Worker[V, T]) prepare(d amqp091.Delivery) (V, consumer.Key, error) {
 	return v, key, nil
 }
 
-// process runs one batch and settles every delivery of it. An error ends the
-// session (a republish or an ack failed); unsettled deliveries return to the queue.
+// process runs one batch and settles every delivery of it: republishes first (each
+// confirmed), then the acks, as one multiple-ack when every delivery of the batch
+// is acked. An error ends the session (a republish or an ack failed); unsettled
+// deliveries return to the queue.
 func (w *Worker[V, T]) process(ctx context.Context, p *publisher, batch []amqp091.Delivery) error {
+	requeue := make([]bool, len(batch))
+	if err := w.run(ctx, p, batch, requeue); err != nil {
+		return err
+	}
+	if !slices.Contains(requeue, true) {
+		return batch[len(batch)-1].Ack(true) // tags of one channel rise: this acks the whole batch
+	}
+	for i, d := range batch {
+		var err error
+		if requeue[i] {
+			err = d.Nack(false, true)
+		} else {
+			err = d.Ack(false)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// run executes a batch and republishes what must be retried or dead-lettered;
+// requeue marks the deliveries to give back to the queue.
+func (w *Worker[V, T]) run(ctx context.Context, p *publisher, batch []amqp091.Delivery, requeue []bool) error {
 	items := make([]consumer.BatchItem, 0, len(batch))
 	vals := make([]V, 0, len(batch))
 	idx := make([]int, 0, len(batch))
@@ -263,28 +302,31 @@ func (w *Worker[V, T]) process(ctx context.Context, p *publisher, batch []amqp09
 		},
 		consumer.WithConcurrency(min(w.cfg.concurrency, len(items))), consumer.WithPerMessageCompletion(w.cfg.perMessage))
 	for k, r := range res {
-		if err := w.settle(ctx, p, batch[idx[k]], items[k].Key, r); err != nil {
+		back, err := w.settle(ctx, p, batch[idx[k]], items[k].Key, r)
+		if err != nil {
 			return err
 		}
+		requeue[idx[k]] = back
 	}
 	return nil
 }
 
-// settle acks, retries later or dead-letters one delivery, as consumer.ActionFor says.
-func (w *Worker[V, T]) settle(ctx context.Context, p *publisher, d amqp091.Delivery, key consumer.Key, r consumer.Result[T]) error {
+// settle decides one delivery, as consumer.ActionFor says: to be acked (after its
+// retry or dead-letter copy is confirmed), or given back to the queue (requeue).
+func (w *Worker[V, T]) settle(ctx context.Context, p *publisher, d amqp091.Delivery, key consumer.Key, r consumer.Result[T]) (requeue bool, err error) {
 	attempts := attemptsOf(d) + 1 // this delivery was attempt n
 	switch r.Action() {
 	case consumer.Settle:
 		w.outcome(d, r.Outcome)
-		return d.Ack(false)
+		return false, nil
 	case consumer.DeadLetter:
-		return w.deadLetter(ctx, p, d, key, attempts, r.Outcome.String(), errText(r.Err))
+		return false, w.deadLetter(ctx, p, d, key, attempts, r.Outcome.String(), errText(r.Err))
 	}
 	if errors.Is(r.Err, consumer.ErrNotRun) { // shutting down: its claim was released
-		return d.Nack(false, true)
+		return true, nil
 	}
 	if attempts >= w.maxAttempts {
-		return w.deadLetter(ctx, p, d, key, attempts, r.Outcome.String(),
+		return false, w.deadLetter(ctx, p, d, key, attempts, r.Outcome.String(),
 			fmt.Sprintf("still not done after %d deliveries: %s", attempts, errText(r.Err)))
 	}
 	var wait time.Duration
@@ -297,7 +339,7 @@ func (w *Worker[V, T]) settle(ctx context.Context, p *publisher, d amqp091.Deliv
 		extra[HeaderOriginalExch], extra[HeaderOriginalRouting] = d.Exchange, d.RoutingKey
 	}
 	if err := p.publish(ctx, queue, d, extra); err != nil {
-		return err
+		return false, err
 	}
 	w.each(func(h Hook) {
 		if h, ok := h.(RetryHook); ok {
@@ -305,7 +347,7 @@ func (w *Worker[V, T]) settle(ctx context.Context, p *publisher, d amqp091.Deliv
 		}
 	})
 	w.outcome(d, r.Outcome)
-	return d.Ack(false)
+	return false, nil
 }
 
 func (w *Worker[V, T]) deadLetter(ctx context.Context, p *publisher, d amqp091.Delivery, key consumer.Key,
@@ -326,7 +368,7 @@ func (w *Worker[V, T]) deadLetter(ctx context.Context, p *publisher, d amqp091.D
 			h.OnDeadLetter(d, reason)
 		}
 	})
-	return d.Ack(false)
+	return nil
 }
 
 func (w *Worker[V, T]) outcome(d amqp091.Delivery, o consumer.Outcome) {
