@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/idemkit/idemkit/internal/retry"
 )
 
 // BatchItem is one message of a batch: its key and its payload (fingerprinted).
@@ -147,7 +149,7 @@ func execute[T any](ctx context.Context, store Store, items []BatchItem, fn Batc
 		for _, i := range waiting {
 			pause = min(pause, out[i].LeaseLeft+5*time.Millisecond)
 		}
-		if !sleep(ctx, max(pause, 5*time.Millisecond)) {
+		if !retry.Sleep(ctx, max(pause, 5*time.Millisecond)) {
 			break
 		}
 		pending = waiting
@@ -168,17 +170,6 @@ func execute[T any](ctx context.Context, store Store, items []BatchItem, fn Batc
 		out[i] = r
 	}
 	return out
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // runPass claims pending items, runs the claimed ones and records every result.

@@ -316,8 +316,8 @@ func TestScriptFlushMidBatch(t *testing.T) {
 // One begin round trip and one completion round trip per batch, whatever its size.
 func TestBatchRoundTrips(t *testing.T) {
 	c := testenv.Redis(t)
-	var calls atomic.Int64
-	c.AddHook(countHook{&calls})
+	calls := &testenv.CommandCounter{}
+	c.AddHook(calls)
 	s := newRedisStore(t, c)
 	if err := s.Load(context.Background()); err != nil {
 		t.Fatal(err)
@@ -326,7 +326,7 @@ func TestBatchRoundTrips(t *testing.T) {
 	for i := range items {
 		items[i] = consumer.BatchItem{Key: k("trips", fmt.Sprint(i))}
 	}
-	calls.Store(0)
+	calls.Reset()
 	res := consumer.ExecuteBatch(context.Background(), s, items, func(ctx context.Context, i int, it consumer.BatchItem) (int, error) {
 		return i, nil
 	})
@@ -338,14 +338,4 @@ func TestBatchRoundTrips(t *testing.T) {
 	if n := calls.Load(); n != 2 {
 		t.Fatalf("a batch of 100 sent %d Redis commands, want 2 (one claim, one completion)", n)
 	}
-}
-
-type countHook struct{ n *atomic.Int64 }
-
-func (h countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { h.n.Add(1); return next(ctx, cmd) }
-}
-func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error { h.n.Add(int64(len(cmds))); return next(ctx, cmds) }
 }

@@ -59,7 +59,7 @@ func TestExactlyOnceWithDuplicates(t *testing.T) {
 		}
 		start(t, w)
 	}
-	eventually(t, 120*time.Second, "every delivery settled", func() bool {
+	testenv.Eventually(t, 120*time.Second, "every delivery settled", func() bool {
 		return hooks.outcomes[consumer.Success].Load()+hooks.outcomes[consumer.Duplicate].Load() >= 12000
 	})
 	checkExactlyOnce(t, book, orders)
@@ -95,12 +95,12 @@ func TestForcedConnectionCloses(t *testing.T) {
 		start(t, w)
 	}
 	for round := 1; round <= 2; round++ {
-		eventually(t, 60*time.Second, "progress before the forced close", func() bool { return book.Total(t) >= round*1200 })
+		testenv.Eventually(t, 60*time.Second, "progress before the forced close", func() bool { return book.Total(t) >= round*1200 })
 		closeAllConnections(t)
-		eventually(t, 30*time.Second, "the workers to reconnect", func() bool { return hooks.reconnects.Load() >= int64(4*round) })
+		testenv.Eventually(t, 30*time.Second, "the workers to reconnect", func() bool { return hooks.reconnects.Load() >= int64(4*round) })
 	}
-	eventually(t, 120*time.Second, "every order fulfilled", func() bool { return book.Total(t) >= 4000 })
-	eventually(t, 60*time.Second, "the queue to drain", func() bool { return depth(t, url, topo.Queue) == 0 })
+	testenv.Eventually(t, 120*time.Second, "every order fulfilled", func() bool { return book.Total(t) >= 4000 })
+	testenv.Eventually(t, 60*time.Second, "the queue to drain", func() bool { return depth(t, url, topo.Queue) == 0 })
 	time.Sleep(300 * time.Millisecond) // the last retries' delays
 	checkExactlyOnce(t, book, orders)
 	if d := depth(t, url, topo.DeadLetterQueue); d != 0 {
@@ -136,7 +136,7 @@ func TestPoisonDeadLetteredAfterMaxAttempts(t *testing.T) {
 		amqp091.Publishing{MessageId: "poison", Body: []byte(`{"id":"poison","items":1}`)},
 		amqp091.Publishing{MessageId: "fine", Body: []byte(`{"id":"fine","items":1}`)})
 	start(t, w)
-	eventually(t, 30*time.Second, "the poison message dead-lettered", func() bool { return hooks.dead.Load() == 1 })
+	testenv.Eventually(t, 30*time.Second, "the poison message dead-lettered", func() bool { return hooks.dead.Load() == 1 })
 	if poisonRuns.Load() != 3 || hooks.retries.Load() != 2 {
 		t.Fatalf("poison ran %d times with %d retries; want 3 and 2", poisonRuns.Load(), hooks.retries.Load())
 	}
@@ -187,7 +187,7 @@ func TestInProgressCollisionRetriesAfterDelay(t *testing.T) {
 	began := time.Now()
 	publishRaw(t, url, topo.Queue, amqp091.Publishing{MessageId: "held", Body: []byte(`{"id":"held","items":1}`)})
 	start(t, w)
-	eventually(t, 10*time.Second, "the held order fulfilled", func() bool { return hooks.outcomes[consumer.Success].Load() == 1 })
+	testenv.Eventually(t, 10*time.Second, "the held order fulfilled", func() bool { return hooks.outcomes[consumer.Success].Load() == 1 })
 	if took := time.Since(began); took < 500*time.Millisecond {
 		t.Fatalf("fulfilled after %v, before the other claim's lease ran out", took)
 	}
@@ -220,8 +220,8 @@ func TestBadInput(t *testing.T) {
 		amqp091.Publishing{MessageId: "garbled", Body: []byte(`{not json`)},
 		amqp091.Publishing{MessageId: "ok", Body: []byte(`{"id":"ok","items":1}`)})
 	r := start(t, w)
-	eventually(t, 10*time.Second, "two dead letters", func() bool { return hooks.dead.Load() == 2 })
-	eventually(t, 10*time.Second, "the good order", func() bool { return hooks.outcomes[consumer.Success].Load() == 1 })
+	testenv.Eventually(t, 10*time.Second, "two dead letters", func() bool { return hooks.dead.Load() == 2 })
+	testenv.Eventually(t, 10*time.Second, "the good order", func() bool { return hooks.outcomes[consumer.Success].Load() == 1 })
 	r.stop()
 	reasons := map[string]string{}
 	for _, d := range drain(t, url, topo.DeadLetterQueue) {
@@ -249,7 +249,7 @@ func TestBadInput(t *testing.T) {
 	}
 	publishRaw(t, url, topo.Queue, amqp091.Publishing{MessageId: "store-down", Body: []byte(`{"id":"store-down","items":1}`)})
 	start(t, w2)
-	eventually(t, 10*time.Second, "the message dead-lettered", func() bool { return hooks2.dead.Load() == 1 })
+	testenv.Eventually(t, 10*time.Second, "the message dead-lettered", func() bool { return hooks2.dead.Load() == 1 })
 	time.Sleep(500 * time.Millisecond)
 	if runs.Load() != 0 || hooks2.retries.Load() != 3 || hooks2.outcomes[consumer.Error].Load() != 3 {
 		t.Fatalf("closed store: %d runs, %d retries, %d errors; want 0 (fail closed), 3 and 3",

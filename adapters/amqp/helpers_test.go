@@ -202,17 +202,6 @@ func (r *running) stop() {
 	r.done <- err
 }
 
-func eventually(t *testing.T, within time.Duration, what string, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for: %s", within, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 func closeAllConnections(t *testing.T) {
 	t.Helper()
 	out, err := exec.Command("rabbitmqctl", "close_all_connections", "idemkit test: forced close").CombinedOutput()

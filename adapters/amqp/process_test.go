@@ -32,7 +32,7 @@ func TestWorkerProcessKilledMidHandler(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	rdb := testenv.Redis(t)
-	eventually(t, 60*time.Second, "the worker process to hang in its handlers", func() bool {
+	testenv.Eventually(t, 60*time.Second, "the worker process to hang in its handlers", func() bool {
 		return rdb.Exists(context.Background(), "{"+prefix+"}:trapped").Val() == 1
 	})
 	time.Sleep(300 * time.Millisecond) // it now holds claimed, unacked deliveries
@@ -47,8 +47,8 @@ func TestWorkerProcessKilledMidHandler(t *testing.T) {
 		t.Fatal(err)
 	}
 	start(t, w)
-	eventually(t, 60*time.Second, "every order fulfilled", func() bool { return book.Total(t) >= len(orders) })
-	eventually(t, 30*time.Second, "the queue to drain", func() bool { return depth(t, url, topo.Queue) == 0 })
+	testenv.Eventually(t, 60*time.Second, "every order fulfilled", func() bool { return book.Total(t) >= len(orders) })
+	testenv.Eventually(t, 30*time.Second, "the queue to drain", func() bool { return depth(t, url, topo.Queue) == 0 })
 	time.Sleep(time.Second) // retries in flight land
 	checkExactlyOnce(t, book, orders)
 	fences, _ := rdb.HGetAll(context.Background(), book.Fences).Result()

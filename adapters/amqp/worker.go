@@ -7,13 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	mrand "math/rand/v2"
 	"reflect"
 	"slices"
 	"sync/atomic"
 	"time"
 
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/internal/retry"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 )
 
@@ -126,14 +126,14 @@ func (w *Worker[V, T]) Run(ctx context.Context) error {
 			failures = 0
 		}
 		failures++
-		pause := backoff(w.cfg.backoffBase, w.cfg.backoffMax, failures)
+		pause := retry.Backoff(w.cfg.backoffBase, w.cfg.backoffMax, failures)
 		w.log.Warn("amqp: session lost; reconnecting", "err", err, "in", pause)
 		w.each(func(h Hook) {
 			if h, ok := h.(ReconnectHook); ok {
 				h.OnReconnect(err)
 			}
 		})
-		if !sleep(ctx, pause) {
+		if !retry.Sleep(ctx, pause) {
 			return nil
 		}
 	}
@@ -442,25 +442,6 @@ func errText(err error) string {
 		return ""
 	}
 	return err.Error()
-}
-
-func backoff(base, max time.Duration, n int) time.Duration {
-	d := base << min(n-1, 30)
-	if d <= 0 || d > max {
-		d = max
-	}
-	return d/2 + mrand.N(d/2+1)
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 func token() string {

@@ -172,17 +172,6 @@ func (m *member) stop() {
 	m.done <- nil // later stops return at once
 }
 
-func eventually(t *testing.T, within time.Duration, what string, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for: %s", within, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 func decodeEvent(rec *kgo.Record) (event, error) {
 	var ev event
 	err := json.Unmarshal(rec.Value, &ev)

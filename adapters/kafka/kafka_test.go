@@ -71,12 +71,12 @@ func TestExactlyOnceThroughRebalances(t *testing.T) {
 	m1 := startMember(t, newMember(&ignored, &firstRevoked))
 	startMember(t, newMember(&ignored, &unused))
 	startMember(t, newMember(&ignored, &unused))
-	eventually(t, 60*time.Second, "a third of the events", func() bool { return book.Total(t) >= n/3 })
+	testenv.Eventually(t, 60*time.Second, "a third of the events", func() bool { return book.Total(t) >= n/3 })
 	startMember(t, newMember(&joinerSettled, &unused)) // joins mid-run
-	eventually(t, 60*time.Second, "two thirds of the events", func() bool { return book.Total(t) >= 2*n/3 })
+	testenv.Eventually(t, 60*time.Second, "two thirds of the events", func() bool { return book.Total(t) >= 2*n/3 })
 	m1.stop() // leaves mid-run
 	left := n - book.Total(t)
-	eventually(t, 90*time.Second, "every offset committed", func() bool {
+	testenv.Eventually(t, 90*time.Second, "every offset committed", func() bool {
 		l, _ := lag(t, brokers, "billing", "payments")
 		return l == 0
 	})
@@ -172,7 +172,7 @@ func TestPoisonAndBadRecordsAreDeadLettered(t *testing.T) {
 	}
 	produceRaw(t, brokers, recs...)
 	startMember(t, c)
-	eventually(t, 30*time.Second, "every offset committed", func() bool {
+	testenv.Eventually(t, 30*time.Second, "every offset committed", func() bool {
 		l, _ := lag(t, brokers, "orders-svc", "orders")
 		return l == 0
 	})
@@ -301,7 +301,7 @@ func TestCommitAndDeadLetterFaults(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	eventually(t, 60*time.Second, "every offset committed", func() bool {
+	testenv.Eventually(t, 60*time.Second, "every offset committed", func() bool {
 		l, _ := lag(t, brokers, "ledger-svc", "ledger")
 		return l == 0
 	})
@@ -377,7 +377,7 @@ func TestKeyChoice(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := startMember(t, byCoordinates)
-	eventually(t, 30*time.Second, "coords group done", func() bool { l, _ := lag(t, brokers, "coords", "keys"); return l == 0 })
+	testenv.Eventually(t, 30*time.Second, "coords group done", func() bool { l, _ := lag(t, brokers, "coords", "keys"); return l == 0 })
 	m.stop()
 	if runs.Load() != 3 {
 		t.Fatalf("coordinate keys: %d runs, want 3 (a republished event is another record)", runs.Load())
@@ -388,7 +388,7 @@ func TestKeyChoice(t *testing.T) {
 		t.Fatal(err)
 	}
 	startMember(t, byValue)
-	eventually(t, 30*time.Second, "byvalue group done", func() bool { l, _ := lag(t, brokers, "byvalue", "keys"); return l == 0 })
+	testenv.Eventually(t, 30*time.Second, "byvalue group done", func() bool { l, _ := lag(t, brokers, "byvalue", "keys"); return l == 0 })
 	counts, _ := book.Counts(t)
 	if fmt.Sprint(counts) != "map[x:1 y:1]" {
 		t.Fatalf("value keys: ledger %v, want x and y once", counts)

@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strconv"
 	"time"
 
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/internal/retry"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -145,34 +145,14 @@ func (c *Consumer[V, T]) settle(ctx context.Context, rec *kgo.Record, item consu
 			}
 			retries++
 			c.onRetry(rec, retries, r.Err)
-			pause = c.backoff(retries)
+			pause = retry.Backoff(c.cfg.backoffBase, c.cfg.backoffMax, retries)
 		}
-		if !sleep(ctx, pause) {
+		if !retry.Sleep(ctx, pause) {
 			return false
 		}
 		r = consumer.ExecuteIdempotently(ctx, c.store, item.Key, item.Payload, func(hctx context.Context) (T, error) {
 			return c.handle(hctx, v, rec)
 		})
-	}
-}
-
-// backoff is the pause before retry n (from 1): exponential, capped, full jitter.
-func (c *Consumer[V, T]) backoff(n int) time.Duration {
-	d := c.cfg.backoffBase << min(n-1, 30)
-	if d <= 0 || d > c.cfg.backoffMax {
-		d = c.cfg.backoffMax
-	}
-	return d/2 + rand.N(d/2+1)
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }
 
@@ -204,7 +184,7 @@ func (c *Consumer[V, T]) deadLetter(ctx context.Context, rec *kgo.Record, key co
 			return true
 		}
 		c.log.Warn("kafka: dead-letter produce failed", "dlq", topic, "try", try, "err", err)
-		if try < c.cfg.dlqTries && !sleep(ctx, c.backoff(try)) {
+		if try < c.cfg.dlqTries && !retry.Sleep(ctx, retry.Backoff(c.cfg.backoffBase, c.cfg.backoffMax, try)) {
 			return false
 		}
 	}

@@ -91,7 +91,7 @@ func TestMemberKilledMidBatch(t *testing.T) {
 	events := produce(t, brokers, "payments", n, 0.2)
 
 	child := startProcess(t, "kill", brokers, prefix, 300)
-	eventually(t, 60*time.Second, "the member process to freeze with claims in flight", func() bool {
+	testenv.Eventually(t, 60*time.Second, "the member process to freeze with claims in flight", func() bool {
 		return rdb.Exists(context.Background(), "{"+prefix+"}:frozen").Val() == 1
 	})
 	survivor(t, brokers, rdb, prefix, book)
@@ -101,7 +101,7 @@ func TestMemberKilledMidBatch(t *testing.T) {
 	}
 	_ = child.Wait()
 
-	eventually(t, 90*time.Second, "every offset committed", func() bool {
+	testenv.Eventually(t, 90*time.Second, "every offset committed", func() bool {
 		l, _ := lag(t, brokers, "billing", "payments")
 		return l == 0
 	})
@@ -134,21 +134,21 @@ func TestZombieMemberIsFencedOut(t *testing.T) {
 	events := produce(t, brokers, "payments", n, 0.2)
 
 	child := startProcess(t, "zombie", brokers, prefix, 300)
-	eventually(t, 60*time.Second, "the member process to reach its trap", func() bool {
+	testenv.Eventually(t, 60*time.Second, "the member process to reach its trap", func() bool {
 		return rdb.Exists(context.Background(), "{"+prefix+"}:frozen").Val() == 1
 	})
 	if err := child.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	survivor(t, brokers, rdb, prefix, book)
-	eventually(t, 90*time.Second, "the survivor to commit every offset", func() bool {
+	testenv.Eventually(t, 90*time.Second, "the survivor to commit every offset", func() bool {
 		l, _ := lag(t, brokers, "billing", "payments")
 		return l == 0
 	})
 	if err := child.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "the zombie's late completions to be refused", func() bool {
+	testenv.Eventually(t, 30*time.Second, "the zombie's late completions to be refused", func() bool {
 		s := memberStats(t, rdb, prefix)
 		return s["lease_lost"] > 0 && (s["commit_errors"] > 0 || s["lost"] > 0)
 	})

@@ -20,7 +20,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -42,16 +41,6 @@ func (m measure) rate() float64        { return float64(m.messages) / m.elapsed.
 func (m measure) callsPerMsg() float64 { return float64(m.calls) / float64(m.messages) }
 func (m measure) cpuPerMsg() float64   { return m.cpuUsec / float64(m.messages) }
 
-type counter struct{ n atomic.Int64 }
-
-func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { c.n.Add(1); return next(ctx, cmd) }
-}
-func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error { c.n.Add(int64(len(cmds))); return next(ctx, cmds) }
-}
-
 func main() {
 	single := flag.Int("n", 20000, "messages for the floor and the single path")
 	batched := flag.Int("batch-n", 200000, "messages for the batch path")
@@ -65,20 +54,16 @@ func main() {
 
 func run(n, bn, b int) error {
 	ctx := context.Background()
-	addr, where := os.Getenv("IDEMKIT_REDIS_ADDR"), "IDEMKIT_REDIS_ADDR"
-	if addr == "" {
-		srv, err := testenv.StartRedis()
-		if err != nil {
-			return fmt.Errorf("no Redis: set IDEMKIT_REDIS_ADDR or install redis-server: %w", err)
-		}
-		defer srv.Close()
-		addr, where = srv.Addr, "private redis-server"
+	addr, where, stop, err := testenv.RedisForTool()
+	if err != nil {
+		return err
 	}
+	defer stop()
 	client := redis.NewClient(&redis.Options{Addr: addr})
 	defer client.Close()
 	admin := redis.NewClient(&redis.Options{Addr: addr})
 	defer admin.Close()
-	cnt := &counter{}
+	cnt := &testenv.CommandCounter{}
 	client.AddHook(cnt)
 	version, err := serverVersion(ctx, admin)
 	if err != nil {
@@ -108,14 +93,14 @@ func run(n, bn, b int) error {
 		if err := admin.ConfigResetStat(ctx).Err(); err != nil {
 			return err
 		}
-		cnt.n.Store(0)
+		cnt.Reset()
 		start := time.Now()
 		if err := body(); err != nil {
 			return fmt.Errorf("%s: %w", m.name, err)
 		}
 		m.elapsed += time.Since(start)
 		m.messages += msgs
-		m.calls += cnt.n.Load()
+		m.calls += cnt.Load()
 		usec, err := scriptUsec(ctx, admin)
 		m.cpuUsec += usec
 		return err

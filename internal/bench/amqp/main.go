@@ -51,15 +51,11 @@ func run(n, prefetch, rounds int) error {
 		return fmt.Errorf("no RabbitMQ at %s: %w", url, err)
 	}
 	defer conn.Close()
-	addr := os.Getenv("IDEMKIT_REDIS_ADDR")
-	if addr == "" {
-		srv, err := testenv.StartRedis()
-		if err != nil {
-			return fmt.Errorf("no Redis: set IDEMKIT_REDIS_ADDR or install redis-server: %w", err)
-		}
-		defer srv.Close()
-		addr = srv.Addr
+	addr, _, stop, err := testenv.RedisForTool()
+	if err != nil {
+		return err
 	}
+	defer stop()
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
 

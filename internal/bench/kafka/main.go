@@ -27,16 +27,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-type counter struct{ n atomic.Int64 }
-
-func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { c.n.Add(1); return next(ctx, cmd) }
-}
-func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error { c.n.Add(int64(len(cmds))); return next(ctx, cmds) }
-}
-
 type outcomes struct{ settled atomic.Int64 }
 
 func (o *outcomes) OnOutcome(*kgo.Record, consumer.Outcome) { o.settled.Add(1) }
@@ -62,18 +52,14 @@ func run(n int, parts int32) error {
 		return err
 	}
 
-	addr := os.Getenv("IDEMKIT_REDIS_ADDR")
-	if addr == "" {
-		srv, err := testenv.StartRedis()
-		if err != nil {
-			return fmt.Errorf("no Redis: set IDEMKIT_REDIS_ADDR or install redis-server: %w", err)
-		}
-		defer srv.Close()
-		addr = srv.Addr
+	addr, _, stop, err := testenv.RedisForTool()
+	if err != nil {
+		return err
 	}
+	defer stop()
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
-	calls := &counter{}
+	calls := &testenv.CommandCounter{}
 	rdb.AddHook(calls)
 
 	const rounds = 3 // interleaved, each with fresh groups, so noise falls on both
@@ -96,7 +82,7 @@ func run(n int, parts int32) error {
 	fmt.Printf("%-44s %12s %10s %18s\n", "path", "records/s", "vs raw", "Redis calls/record")
 	fmt.Printf("%-44s %12.0f %9.2fx %18s\n", "raw franz-go group, sync commit per poll", rawRate, 1.0, "-")
 	fmt.Printf("%-44s %12.0f %9.2fx %18.4f\n", "idemkit adapter (batch path per partition)", adRate, adRate/rawRate,
-		float64(calls.n.Load())/total)
+		float64(calls.Load())/total)
 	verdict := "met"
 	if adRate < 0.6*rawRate {
 		verdict = "MISSED"
