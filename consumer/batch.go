@@ -27,6 +27,9 @@ type batchConfig struct {
 	concurrency int
 	perMessage  bool
 	stopOnFail  bool
+	locked      bool // the caller handles the lock (executeLocked)
+	force       bool // claims take live leases over: the caller holds the key's lock
+	probe       bool // claim only to read: release any claim at once, report IN_PROGRESS
 }
 
 type batchOptFunc func(*batchConfig)
@@ -103,6 +106,9 @@ func execute[T any](ctx context.Context, store Store, items []BatchItem, fn Batc
 		return failAll[T](items, ErrNilHandler)
 	}
 	s := store.Settings()
+	if s.Locker != nil && !bc.locked {
+		return executeLocked(ctx, store, s, items, fn, bc)
+	}
 	out := make([]Result[T], len(items))
 	fps := make([]string, len(items))
 	leader := make([]int, len(items)) // first item with the same key; -1 when invalid
@@ -178,7 +184,7 @@ func runPass[T any](ctx context.Context, store Store, s Settings, items []BatchI
 	pending []int, fn BatchHandler[T], bc batchConfig, out []Result[T], stopAt *int) (waiting []int) {
 	claims := make([]Claim, len(pending))
 	for j, i := range pending {
-		claims[j] = Claim{Key: items[i].Key, Owner: newOwner(), Fingerprint: fps[i]}
+		claims[j] = Claim{Key: items[i].Key, Owner: newOwner(), Fingerprint: fps[i], Force: bc.force}
 	}
 	granted := time.Now()
 	reps := store.Begin(ctx, claims)
@@ -201,6 +207,17 @@ func runPass[T any](ctx context.Context, store Store, s Settings, items []BatchI
 		if bc.stopOnFail && out[i].Outcome != 0 && out[i].Action() != Settle {
 			*stopAt = min(*stopAt, i)
 		}
+	}
+	if len(run) > 0 && bc.probe { // the lock is held elsewhere: this claim must not run
+		release := make([]Owned, len(run))
+		for k, j := range run {
+			release[k] = Owned{Key: claims[j].Key, Owner: claims[j].Owner}
+			out[pending[j]] = Result[T]{Outcome: InProgress, Key: items[pending[j]].Key, Attempt: reps[j].Attempts, Fence: reps[j].Fence}
+		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(max(s.Lease, time.Second), 5*time.Second))
+		store.Release(rctx, release)
+		cancel()
+		run = nil
 	}
 	if len(run) > 0 {
 		runClaimed(ctx, store, s, items, pending, claims, reps, run, granted, fn, bc, out, *stopAt)

@@ -111,7 +111,7 @@ func (m *MemoryStore) Begin(ctx context.Context, claims []Claim) []ClaimReply {
 			r.fence++
 			r.attempts++
 			out[i] = ClaimReply{Status: StatusAcquired, Fence: r.fence, Attempts: r.attempts, Lease: m.s.Lease}
-		case r.lease > now: // started, live
+		case r.lease > now && !c.Force: // started, live
 			out[i] = ClaimReply{Status: StatusInProgress, Fence: r.fence, Attempts: r.attempts,
 				Lease: time.Duration(r.lease-now) * time.Millisecond}
 		case r.attempts >= m.s.MaxAttempts: // started, expired on the last attempt

@@ -37,6 +37,7 @@ type Settings struct {
 	FailOpen       bool
 	WaitInProgress time.Duration
 	Logger         *slog.Logger
+	Locker         Locker
 }
 
 // Option configures a store. Every option states its default.

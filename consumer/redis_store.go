@@ -53,7 +53,7 @@ func (r *RedisStore) RecordKey(key Key) string {
 func (r *RedisStore) Begin(ctx context.Context, claims []Claim) []ClaimReply {
 	items := make([]lua.BeginItem, len(claims))
 	for i, c := range claims {
-		items[i] = lua.BeginItem{Key: r.RecordKey(c.Key), Owner: c.Owner, Fingerprint: c.Fingerprint}
+		items[i] = lua.BeginItem{Key: r.RecordKey(c.Key), Owner: c.Owner, Fingerprint: c.Fingerprint, Force: c.Force}
 	}
 	args := lua.BeginArgs{Lease: r.s.Lease, Retention: r.s.Retention, MaxAttempts: r.s.MaxAttempts}
 	out := make([]ClaimReply, len(claims))

@@ -33,6 +33,9 @@ type Claim struct {
 	Key         Key
 	Owner       string // owner token of the new attempt (random per attempt)
 	Fingerprint string // payload fingerprint, "" when fingerprinting is off
+	// Force takes a started record over even while its lease is live: the caller
+	// holds the key's distributed lock (WithLock), so the previous owner lost it.
+	Force bool
 }
 
 // ClaimStatus is what Begin found at a key.

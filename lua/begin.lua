@@ -4,8 +4,10 @@
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  retention in milliseconds (TTL of finished records)
 -- ARGV[3]  max attempts
--- ARGV[2+2i] owner token of the new attempt for KEYS[i]
--- ARGV[3+2i] payload fingerprint for KEYS[i] ('' when fingerprinting is off)
+-- ARGV[1+3i] owner token of the new attempt for KEYS[i]
+-- ARGV[2+3i] payload fingerprint for KEYS[i] ('' when fingerprinting is off)
+-- ARGV[3+3i] '1' to take a started record over even while its lease is live: the
+--            caller holds the key's distributed lock, so the previous owner lost it
 --
 -- Returns one flat array; each key adds a row whose length its code gives:
 --   1 ACQUIRED     fence, attempt, lease millis
@@ -32,8 +34,9 @@ local function row(...)
 end
 
 for i, key in ipairs(KEYS) do
-  local owner = ARGV[2 + 2 * i]
-  local fp = ARGV[3 + 2 * i]
+  local owner = ARGV[1 + 3 * i]
+  local fp = ARGV[2 + 3 * i]
+  local force = ARGV[3 + 3 * i] == '1'
   local all = redis.pcall('HGETALL', key)
   if all.err then
     row(8, 0, 0, 0, 'key holds a value that is not an idemkit record')
@@ -77,7 +80,7 @@ for i, key in ipairs(KEYS) do
       local deadline = tonumber(rec.l)
       if not deadline then
         row(8, 0, 0, 0, 'started record has no lease deadline')
-      elseif deadline > now then
+      elseif deadline > now and not force then
         row(3, fence, attempts, deadline - now)
       elseif attempts >= maxAttempts then
         -- The last allowed attempt died holding the lease: a message that

@@ -44,6 +44,9 @@ type BeginItem struct {
 	Key         string // full Redis key of the record
 	Owner       string // owner token of the new attempt
 	Fingerprint string // payload fingerprint, "" when fingerprinting is off
+	// Force takes a started record over even while its lease is live (the caller
+	// holds the key's distributed lock, so the previous owner has lost it).
+	Force bool
 }
 
 // BeginReply is the begin script's answer for one record.
@@ -68,11 +71,15 @@ func (r *Runner) Begin(ctx context.Context, a BeginArgs, items []BeginItem) []Be
 	groups := r.groups(keys)
 	calls := make([]call, len(groups))
 	for gi, g := range groups {
-		c := call{script: BeginScript, keys: make([]string, len(g)), args: make([]any, 3, 3+2*len(g))}
+		c := call{script: BeginScript, keys: make([]string, len(g)), args: make([]any, 3, 3+3*len(g))}
 		c.args[0], c.args[1], c.args[2] = a.Lease.Milliseconds(), a.Retention.Milliseconds(), a.MaxAttempts
 		for j, i := range g {
 			c.keys[j] = items[i].Key
-			c.args = append(c.args, items[i].Owner, items[i].Fingerprint)
+			force := "0"
+			if items[i].Force {
+				force = "1"
+			}
+			c.args = append(c.args, items[i].Owner, items[i].Fingerprint, force)
 		}
 		calls[gi] = c
 	}

@@ -120,7 +120,7 @@ func run(n, bn, b int) error {
 			for i := r * per; i < (r+1)*per; i++ {
 				key := store.RecordKey(consumer.NewKey(ns, "floor", strconv.Itoa(i)))
 				owner := "bench-owner-" + strconv.Itoa(i)
-				if err := client.EvalSha(ctx, lua.BeginScript.Hash(), []string{key}, lease, ret, 5, owner, "").Err(); err != nil {
+				if err := client.EvalSha(ctx, lua.BeginScript.Hash(), []string{key}, lease, ret, 5, owner, "", "0").Err(); err != nil {
 					return err
 				}
 				if err := client.EvalSha(ctx, lua.CompleteScript.Hash(), []string{key}, ret, owner, "{}", "").Err(); err != nil {
