@@ -1,0 +1,35 @@
+package amqp_test
+
+import (
+	"context"
+	"log"
+	"os"
+	"os/signal"
+
+	idemamqp "github.com/idemkit/idemkit/adapters/amqp"
+	"github.com/idemkit/idemkit/consumer"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+	"github.com/redis/go-redis/v9"
+)
+
+// A worker over the "orders" queue: retries go through orders.retry.* and what
+// cannot be processed ends in orders.dlq.
+func Example() {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	store, err := consumer.NewRedisStore(rdb, consumer.WithScope("fulfilment"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	w, err := idemamqp.NewWorker(store, "amqp://guest:guest@127.0.0.1:5672/", idemamqp.Topology{Queue: "orders"},
+		func(ctx context.Context, d amqp091.Delivery) (string, error) {
+			return "shipped " + d.MessageId, nil // reserve stock here: once per MessageId
+		}, idemamqp.WithPrefetch(50), idemamqp.WithConcurrency(8))
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := w.Run(ctx); err != nil {
+		log.Fatal(err)
+	}
+}
