@@ -134,7 +134,7 @@ func settlement(s Settings, key Key, owner string, v any, herr error) (st Settle
 	return st, st.Dropped != ""
 }
 
-// settleRetries bounds how often a settlement is sent again when the store is unreachable.
+// settleDelays are the pauses before sending a settlement again when the store was unreachable.
 var settleDelays = []time.Duration{25 * time.Millisecond, 100 * time.Millisecond, 400 * time.Millisecond}
 
 // settle sends settlements, sending again those that met an unreachable store. It
