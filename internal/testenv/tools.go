@@ -60,3 +60,23 @@ func Eventually(t testing.TB, within time.Duration, what string, ok func() bool)
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TimeUntil starts run, waits until count reaches n, stops run and returns how long
+// it took to get there; it gives up after limit.
+func TimeUntil(run func(ctx context.Context) error, count func() int64, n int64, limit time.Duration) (time.Duration, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() { done <- run(ctx) }()
+	for count() < n {
+		if time.Since(start) > limit {
+			cancel()
+			<-done
+			return 0, fmt.Errorf("only %d of %d settled after %v", count(), n, limit)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	elapsed := time.Since(start)
+	cancel()
+	return elapsed, <-done
+}

@@ -171,19 +171,5 @@ func adapter(url string, rdb *redis.Client, topo idemamqp.Topology, n, prefetch 
 	if err != nil {
 		return 0, err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	start := time.Now()
-	go func() { errc <- w.Run(ctx) }()
-	deadline := time.Now().Add(5 * time.Minute)
-	for done.n.Load() < int64(n) {
-		if time.Now().After(deadline) {
-			cancel()
-			return 0, fmt.Errorf("adapter settled %d of %d", done.n.Load(), n)
-		}
-		time.Sleep(time.Millisecond)
-	}
-	elapsed := time.Since(start)
-	cancel()
-	return elapsed, <-errc
+	return testenv.TimeUntil(w.Run, done.n.Load, int64(n), 5*time.Minute)
 }

@@ -164,19 +164,5 @@ func adapter(brokers []string, rdb *redis.Client, group string, n int) (time.Dur
 	if err != nil {
 		return 0, err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	start := time.Now()
-	go func() { done <- c.Run(ctx) }()
-	deadline := time.Now().Add(5 * time.Minute)
-	for seen.settled.Load() < int64(n) {
-		if time.Now().After(deadline) {
-			cancel()
-			return 0, fmt.Errorf("adapter settled %d of %d records", seen.settled.Load(), n)
-		}
-		time.Sleep(time.Millisecond)
-	}
-	elapsed := time.Since(start)
-	cancel()
-	return elapsed, <-done
+	return testenv.TimeUntil(c.Run, seen.settled.Load, int64(n), 5*time.Minute)
 }
