@@ -53,9 +53,14 @@ func TestExactlyOnceThroughRebalances(t *testing.T) {
 		time.Sleep(300 * time.Microsecond)
 		return charge(book)(ctx, ev, rec)
 	}
-	newMember := func(settled *atomic.Int64, revoked *atomic.Int32) *kafka.Consumer[event, string] {
+	newMember := func(settled *atomic.Int64, assigned, revoked *atomic.Int32) *kafka.Consumer[event, string] {
 		c, err := kafka.NewTyped(store, groupOpts(brokers, "billing", "payments"), decodeEvent, handler,
 			kafka.WithHooks(hook, settledCounter{settled}), kafka.WithMaxPollRecords(500),
+			kafka.WithOnAssigned(func(_ context.Context, _ *kgo.Client, p map[string][]int32) {
+				if len(p) > 0 {
+					assigned.Add(1)
+				}
+			}),
 			kafka.WithOnRevoked(func(_ context.Context, _ *kgo.Client, p map[string][]int32) {
 				if len(p) > 0 {
 					revoked.Add(1)
@@ -66,13 +71,15 @@ func TestExactlyOnceThroughRebalances(t *testing.T) {
 		}
 		return c
 	}
-	var firstRevoked, unused atomic.Int32
+	var firstRevoked, joinerAssigned, unused atomic.Int32
 	var joinerSettled, ignored atomic.Int64
-	m1 := startMember(t, newMember(&ignored, &firstRevoked))
-	startMember(t, newMember(&ignored, &unused))
-	startMember(t, newMember(&ignored, &unused))
-	testenv.Eventually(t, 60*time.Second, "a third of the events", func() bool { return book.Total(t) >= n/3 })
-	startMember(t, newMember(&joinerSettled, &unused)) // joins mid-run
+	m1 := startMember(t, newMember(&ignored, &unused, &firstRevoked))
+	startMember(t, newMember(&ignored, &unused, &unused))
+	startMember(t, newMember(&ignored, &unused, &unused))
+	testenv.Eventually(t, 60*time.Second, "a fifth of the events", func() bool { return book.Total(t) >= n/5 })
+	startMember(t, newMember(&joinerSettled, &joinerAssigned, &unused)) // joins mid-run
+	testenv.Eventually(t, 60*time.Second, "the joining member to get partitions", func() bool { return joinerAssigned.Load() > 0 })
+	leftAtJoin := n - book.Total(t)
 	testenv.Eventually(t, 60*time.Second, "two thirds of the events", func() bool { return book.Total(t) >= 2*n/3 })
 	m1.stop() // leaves mid-run
 	left := n - book.Total(t)
@@ -80,9 +87,9 @@ func TestExactlyOnceThroughRebalances(t *testing.T) {
 		l, _ := lag(t, brokers, "billing", "payments")
 		return l == 0
 	})
-	if joinerSettled.Load() == 0 || firstRevoked.Load() == 0 || left <= 0 {
-		t.Fatalf("the joining member settled %d records, the leaving one had %d revocations, %d events were left when it left: the membership changes did not happen mid-run",
-			joinerSettled.Load(), firstRevoked.Load(), left)
+	if leftAtJoin <= 0 || left <= 0 || firstRevoked.Load() == 0 {
+		t.Fatalf("%d events were left when the joining member got partitions and %d when the first left (revoked %d times): the membership changes did not happen mid-run",
+			leftAtJoin, left, firstRevoked.Load())
 	}
 
 	counts, stale := book.Counts(t)
@@ -104,8 +111,8 @@ func TestExactlyOnceThroughRebalances(t *testing.T) {
 	if success != n || duplicate < n/5 {
 		t.Fatalf("outcomes: %d SUCCESS (want %d), %d DUPLICATE (want at least %d)", success, n, duplicate, n/5)
 	}
-	t.Logf("%d SUCCESS, %d DUPLICATE; the joining member settled %d records; %d events were left when the first member left",
-		success, duplicate, joinerSettled.Load(), left)
+	t.Logf("%d SUCCESS, %d DUPLICATE; %d events left when the joiner got partitions (it settled %d), %d when the first member left",
+		success, duplicate, leftAtJoin, joinerSettled.Load(), left)
 }
 
 type outcomeCounter struct{ m *sync.Map }
