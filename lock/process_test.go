@@ -45,18 +45,8 @@ func newJobEnv(t *testing.T) jobEnv {
 
 func (e jobEnv) startHolder(t *testing.T) *exec.Cmd {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), envHolder+"=1", envNodes+"="+strings.Join(e.nodes, ","), envStore+"="+e.store,
+	cmd := testenv.StartSelf(t, envHolder+"=1", envNodes+"="+strings.Join(e.nodes, ","), envStore+"="+e.store,
 		envPrefix+"="+e.prefix, envDSN+"="+e.dsn, envTable+"="+e.table.Name)
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGCONT)
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
 	rdb := testenv.Redis(t)
 	testenv.Eventually(t, 30*time.Second, "the holder to start its job", func() bool {
 		return rdb.HGet(context.Background(), "{"+e.prefix+"}:holder", "started").Val() == "1"

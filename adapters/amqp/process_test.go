@@ -2,8 +2,6 @@ package amqp_test
 
 import (
 	"context"
-	"os"
-	"os/exec"
 	"strconv"
 	"testing"
 	"time"
@@ -23,14 +21,8 @@ func TestWorkerProcessKilledMidHandler(t *testing.T) {
 	topo := topology(t, url, false)
 	orders := publish(t, url, topo.Queue, 2000, 0.2)
 
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), envWorker+"=1", envURL+"="+url, envRedis+"="+testenv.RedisAddr(t),
+	cmd := testenv.StartSelf(t, envWorker+"=1", envURL+"="+url, envRedis+"="+testenv.RedisAddr(t),
 		envPrefix+"="+prefix, envQueue+"="+topo.Queue, envTrap+"="+strconv.Itoa(300))
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	rdb := testenv.Redis(t)
 	testenv.Eventually(t, 60*time.Second, "the worker process to hang in its handlers", func() bool {
 		return rdb.Exists(context.Background(), "{"+prefix+"}:trapped").Val() == 1

@@ -2,7 +2,6 @@ package kafka_test
 
 import (
 	"context"
-	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -20,24 +19,32 @@ import (
 // startProcess runs this test binary as a member process.
 func startProcess(t *testing.T, mode string, brokers []string, prefix string, trap int) *exec.Cmd {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(),
-		envMember+"="+mode,
-		envBrokers+"="+strings.Join(brokers, ","),
-		envRedis+"="+testenv.RedisAddr(t),
-		envPrefix+"="+prefix,
-		envTrap+"="+strconv.Itoa(trap),
-	)
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGCONT)
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+	return testenv.StartSelf(t, envMember+"="+mode, envBrokers+"="+strings.Join(brokers, ","),
+		envRedis+"="+testenv.RedisAddr(t), envPrefix+"="+prefix, envTrap+"="+strconv.Itoa(trap))
+}
+
+// memberRun publishes n events (a fifth twice) and starts a member process in
+// mode that freezes after 300 effects; it returns once the process has frozen.
+type memberRun struct {
+	brokers []string
+	rdb     redis.UniversalClient
+	prefix  string
+	book    *testenv.Ledger
+	events  []event
+	child   *exec.Cmd
+}
+
+func startMemberRun(t *testing.T, mode string, n int) memberRun {
+	t.Helper()
+	r := memberRun{rdb: testenv.Redis(t), prefix: testenv.Prefix(t)}
+	r.brokers, _ = testenv.Kafka(t, 8, "payments", "payments.dlq")
+	r.book = testenv.NewLedger(r.rdb, r.prefix)
+	r.events = produce(t, r.brokers, "payments", n, 0.2)
+	r.child = startProcess(t, mode, r.brokers, r.prefix, 300)
+	testenv.Eventually(t, 60*time.Second, "the member process to freeze with claims in flight", func() bool {
+		return r.rdb.Exists(context.Background(), "{"+r.prefix+"}:frozen").Val() == 1
 	})
-	return cmd
+	return r
 }
 
 // survivor is an in-process member of the same group, with the same store.
@@ -83,17 +90,8 @@ func checkExactlyOnce(t *testing.T, book *testenv.Ledger, events []event) map[st
 // offsets: the survivor re-consumes its partitions, takes its claims over when
 // their leases run out, and every event is charged exactly once.
 func TestMemberKilledMidBatch(t *testing.T) {
-	const n = 2000
-	brokers, _ := testenv.Kafka(t, 8, "payments", "payments.dlq")
-	rdb := testenv.Redis(t)
-	prefix := testenv.Prefix(t)
-	book := testenv.NewLedger(rdb, prefix)
-	events := produce(t, brokers, "payments", n, 0.2)
-
-	child := startProcess(t, "kill", brokers, prefix, 300)
-	testenv.Eventually(t, 60*time.Second, "the member process to freeze with claims in flight", func() bool {
-		return rdb.Exists(context.Background(), "{"+prefix+"}:frozen").Val() == 1
-	})
+	run := startMemberRun(t, "kill", 2000)
+	brokers, rdb, prefix, book, events, child := run.brokers, run.rdb, run.prefix, run.book, run.events, run.child
 	survivor(t, brokers, rdb, prefix, book)
 	time.Sleep(300 * time.Millisecond) // handlers past their effect finish; the rest wait, claimed
 	if err := child.Process.Kill(); err != nil {
@@ -126,17 +124,8 @@ func TestMemberKilledMidBatch(t *testing.T) {
 // its late writes carry a stale fence and are rejected, its completions get
 // LEASE_LOST and its commits fail. Every event is charged exactly once.
 func TestZombieMemberIsFencedOut(t *testing.T) {
-	const n = 2000
-	brokers, _ := testenv.Kafka(t, 8, "payments", "payments.dlq")
-	rdb := testenv.Redis(t)
-	prefix := testenv.Prefix(t)
-	book := testenv.NewLedger(rdb, prefix)
-	events := produce(t, brokers, "payments", n, 0.2)
-
-	child := startProcess(t, "zombie", brokers, prefix, 300)
-	testenv.Eventually(t, 60*time.Second, "the member process to reach its trap", func() bool {
-		return rdb.Exists(context.Background(), "{"+prefix+"}:frozen").Val() == 1
-	})
+	run := startMemberRun(t, "zombie", 2000)
+	brokers, rdb, prefix, book, events, child := run.brokers, run.rdb, run.prefix, run.book, run.events, run.child
 	if err := child.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
