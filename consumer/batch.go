@@ -270,7 +270,7 @@ func runClaimed[T any](ctx context.Context, store Store, s Settings, items []Bat
 			failed.Store(true)
 		}
 		sts[k], r.ResultDropped = settlement(s, items[i].Key, claims[j].Owner, values[k], herrs[k])
-		if !bc.perMessage {
+		if !bc.perMessage || errors.Is(herrs[k], ErrAbandoned) {
 			return
 		}
 		if lost := hb.lostErr(beats[k]); lost != nil {
@@ -315,6 +315,9 @@ func runClaimed[T any](ctx context.Context, store Store, s Settings, items []Bat
 			} else {
 				out[i].Err = fmt.Errorf("%w: an earlier item of the batch was not settled", ErrNotRun)
 			}
+		case errors.Is(herrs[k], ErrAbandoned):
+			release = append(release, b.owned)
+			out[i].Outcome, out[i].Err = Error, herrs[k]
 		case bc.perMessage:
 		case b.lost != nil:
 			out[i].Outcome, out[i].Err = Error, b.lost

@@ -39,7 +39,29 @@ var (
 	// ErrHandlerPanic: the handler panicked; the panic was recovered and counted as a
 	// retryable failure.
 	ErrHandlerPanic = errors.New("consumer: handler panicked")
+	// ErrAbandoned: the handler gave its claim back with Abandon; nothing was recorded
+	// and the attempt was not counted. Retryable.
+	ErrAbandoned = errors.New("consumer: abandoned")
 )
+
+// AbandonedError is a handler error that gives the claim back: see Abandon.
+type AbandonedError struct{ Err error }
+
+// Abandon marks a handler error as "nothing happened, try again later": the claim
+// is released instead of recording a failure, so the attempt is not counted and the
+// next delivery may claim the key at once. Use it when the handler did not perform
+// its side effect for a reason outside the operation (an upstream 5xx, a rate
+// limit, a shutdown). The result is an Error matching ErrAbandoned and err, which
+// adapters retry. Abandon(nil) is nil.
+func Abandon(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &AbandonedError{Err: err}
+}
+
+func (e *AbandonedError) Error() string   { return "consumer: abandoned: " + e.Err.Error() }
+func (e *AbandonedError) Unwrap() []error { return []error{ErrAbandoned, e.Err} }
 
 // PermanentError marks a handler error as not worth retrying. Create it with Permanent.
 type PermanentError struct{ Err error }

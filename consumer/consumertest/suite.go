@@ -52,6 +52,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"RenewalFailureCancelsHandler", testRenewalFailure},
 		{"SilentTakeoverGivesLeaseLost", testSilentTakeover},
 		{"ReleaseDoesNotCountAttempt", testRelease},
+		{"AbandonReleasesWithoutCounting", testAbandon},
 		{"ResultTooLarge", testResultTooLarge},
 		{"UndecodableStoredResult", testUndecodable},
 		{"WaitInProgress", testWaitInProgress},
@@ -603,6 +604,32 @@ func testRelease(t *testing.T, f Factory) {
 	b := s.Begin(ctx, []consumer.Claim{{Key: k, Owner: "b"}})[0]
 	if b.Status != consumer.StatusAcquired || b.Attempts != a.Attempts || b.Fence != a.Fence+1 {
 		t.Fatalf("claim after release = %+v, want ACQUIRED, attempts %d, fence %d", b, a.Attempts, a.Fence+1)
+	}
+}
+
+func testAbandon(t *testing.T, f Factory) {
+	for _, perMessage := range []bool{false, true} {
+		s := must(t, f, consumer.WithMaxAttempts(1))
+		ctx := context.Background()
+		k := key("abandon", fmt.Sprint(perMessage))
+		var runs atomic.Int32
+		upstream := errors.New("upstream answered 502")
+		for i := 0; i < 3; i++ { // one allowed attempt, yet every abandon leaves it unspent
+			r := consumer.ExecuteBatch(ctx, s, []consumer.BatchItem{{Key: k}},
+				func(ctx context.Context, _ int, _ consumer.BatchItem) (int, error) {
+					runs.Add(1)
+					return 0, consumer.Abandon(upstream)
+				}, consumer.WithPerMessageCompletion(perMessage))[0]
+			expect(t, r, consumer.Error, consumer.ErrAbandoned)
+			if !errors.Is(r.Err, upstream) || r.Action() != consumer.Retry {
+				t.Fatalf("abandoned: err %v action %v, want the handler's error and retry", r.Err, r.Action())
+			}
+		}
+		r := consumer.ExecuteIdempotently(ctx, s, k, nil, func(ctx context.Context) (int, error) { runs.Add(1); return 7, nil })
+		expect(t, r, consumer.Success, nil)
+		if r.Attempt != 1 || r.Fence != 4 || runs.Load() != 4 {
+			t.Fatalf("after three abandons: attempt %d fence %d runs %d, want 1, 4, 4", r.Attempt, r.Fence, runs.Load())
+		}
 	}
 }
 
