@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/idemkit/idemkit/internal/retry"
@@ -28,8 +26,7 @@ type batchConfig struct {
 	perMessage  bool
 	stopOnFail  bool
 	locked      bool // the caller handles the lock (executeLocked)
-	force       bool // claims take live leases over: the caller holds the key's lock
-	probe       bool // claim only to read: release any claim at once, report IN_PROGRESS
+	underLock   bool // the caller holds the key's lock: claims are Locked
 }
 
 type batchOptFunc func(*batchConfig)
@@ -106,6 +103,9 @@ func execute[T any](ctx context.Context, store Store, items []BatchItem, fn Batc
 		return failAll[T](items, ErrNilHandler)
 	}
 	s := store.Settings()
+	if s.Codec == nil || s.Logger == nil { // a nil *RedisStore, or a Store that skipped its constructor
+		return failAll[T](items, configError("the store has no settings: make it with its constructor (NewRedisStore, NewMemoryStore) and check the error"))
+	}
 	if s.Locker != nil && !bc.locked {
 		return executeLocked(ctx, store, s, items, fn, bc)
 	}
@@ -184,10 +184,13 @@ func runPass[T any](ctx context.Context, store Store, s Settings, items []BatchI
 	pending []int, fn BatchHandler[T], bc batchConfig, out []Result[T], stopAt *int) (waiting []int) {
 	claims := make([]Claim, len(pending))
 	for j, i := range pending {
-		claims[j] = Claim{Key: items[i].Key, Owner: newOwner(), Fingerprint: fps[i], Force: bc.force}
+		claims[j] = Claim{Key: items[i].Key, Owner: newOwner(), Fingerprint: fps[i], Locked: bc.underLock}
 	}
-	granted := time.Now()
-	reps := store.Begin(ctx, claims)
+	sent := time.Now()
+	// A claim answered later than its lease less the margin could not be used.
+	bctx, cancel := context.WithTimeout(ctx, min(s.CallTimeout, s.Lease-LeaseMargin(s.Lease)))
+	reps := store.Begin(bctx, claims)
+	cancel()
 	var run, unguarded []int // indexes into pending
 	for j, rep := range reps {
 		i := pending[j]
@@ -208,19 +211,12 @@ func runPass[T any](ctx context.Context, store Store, s Settings, items []BatchI
 			*stopAt = min(*stopAt, i)
 		}
 	}
-	if len(run) > 0 && bc.probe { // the lock is held elsewhere: this claim must not run
-		release := make([]Owned, len(run))
-		for k, j := range run {
-			release[k] = Owned{Key: claims[j].Key, Owner: claims[j].Owner}
-			out[pending[j]] = Result[T]{Outcome: InProgress, Key: items[pending[j]].Key, Attempt: reps[j].Attempts, Fence: reps[j].Fence}
-		}
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(max(s.Lease, time.Second), 5*time.Second))
-		store.Release(rctx, release)
-		cancel()
-		run = nil
-	}
 	if len(run) > 0 {
-		runClaimed(ctx, store, s, items, pending, claims, reps, run, granted, fn, bc, out, *stopAt)
+		a := newAttempts(store, s, bc, fn, items, out, *stopAt)
+		for _, j := range run {
+			a.add(ctx, pending[j], claims[j].Owner, reps[j], sent)
+		}
+		a.run(ctx)
 	}
 	for _, j := range unguarded {
 		i := pending[j]
@@ -234,111 +230,4 @@ func runPass[T any](ctx context.Context, store Store, s Settings, items []BatchI
 		}
 	}
 	return waiting
-}
-
-// runClaimed runs the handlers of claimed items under one heartbeat and settles them.
-func runClaimed[T any](ctx context.Context, store Store, s Settings, items []BatchItem, pending []int,
-	claims []Claim, reps []ClaimReply, run []int, granted time.Time, fn BatchHandler[T], bc batchConfig, out []Result[T], stopAt int) {
-	beats := make([]*beat, len(run))
-	hctxs := make([]context.Context, len(run))
-	for k, j := range run {
-		i := pending[j]
-		hctx, cancel := context.WithCancelCause(ctx)
-		hctxs[k] = withInfo(hctx, Info{Key: items[i].Key, Scope: s.Scope, Attempt: reps[j].Attempts, Fence: reps[j].Fence})
-		beats[k] = &beat{owned: Owned{Key: items[i].Key, Owner: claims[j].Owner, Fence: reps[j].Fence},
-			cancel: cancel, lastOK: granted}
-	}
-	hb := startHeartbeat(ctx, store, s.Lease, beats)
-	timeout := min(max(s.Lease, time.Second), 5*time.Second)
-
-	sts := make([]Settlement, len(run))
-	values := make([]T, len(run))
-	herrs := make([]error, len(run))
-	started := make([]bool, len(run))
-	var failed atomic.Bool
-	one := func(k int) {
-		j := run[k]
-		i := pending[j]
-		r := &out[i]
-		*r = Result[T]{Key: items[i].Key, Attempt: reps[j].Attempts, Fence: reps[j].Fence}
-		if ctx.Err() != nil || (bc.stopOnFail && (failed.Load() || i > stopAt)) {
-			return // never started: released below
-		}
-		started[k] = true
-		values[k], herrs[k] = callHandler(hctxs[k], fn, i, items[i])
-		if herrs[k] != nil {
-			failed.Store(true)
-		}
-		sts[k], r.ResultDropped = settlement(s, items[i].Key, claims[j].Owner, values[k], herrs[k])
-		if !bc.perMessage || errors.Is(herrs[k], ErrAbandoned) {
-			return
-		}
-		if lost := hb.lostErr(beats[k]); lost != nil {
-			hb.finish(beats[k])
-			r.Outcome, r.Err = Error, lost
-			return
-		}
-		rep := settle(ctx, store, sts[k:k+1], timeout)[0]
-		hb.finish(beats[k])
-		finishResult(r, values[k], herrs[k], rep)
-	}
-	if bc.concurrency <= 1 {
-		for k := range run {
-			one(k)
-		}
-	} else {
-		var wg sync.WaitGroup
-		sem := make(chan struct{}, bc.concurrency)
-		for k := range run {
-			sem <- struct{}{}
-			wg.Add(1)
-			go func() {
-				defer func() { <-sem; wg.Done() }()
-				one(k)
-			}()
-		}
-		wg.Wait()
-	}
-	hb.stop()
-
-	var batch []Settlement
-	var batchIdx []int
-	var release []Owned
-	for k, b := range beats {
-		i := pending[run[k]]
-		switch {
-		case !started[k]:
-			release = append(release, b.owned)
-			out[i].Outcome = Error
-			if err := context.Cause(ctx); err != nil {
-				out[i].Err = fmt.Errorf("%w: %w", ErrNotRun, err)
-			} else {
-				out[i].Err = fmt.Errorf("%w: an earlier item of the batch was not settled", ErrNotRun)
-			}
-		case errors.Is(herrs[k], ErrAbandoned):
-			release = append(release, b.owned)
-			out[i].Outcome, out[i].Err = Error, herrs[k]
-		case bc.perMessage:
-		case b.lost != nil:
-			out[i].Outcome, out[i].Err = Error, b.lost
-			s.Logger.Warn("consumer: lease lost while the handler ran: result not stored",
-				"key", string(b.owned.Key), "fence", b.owned.Fence, "reason", b.lost.Reason)
-		default:
-			batch, batchIdx = append(batch, sts[k]), append(batchIdx, k)
-		}
-	}
-	if len(batch) > 0 {
-		for n, rep := range settle(ctx, store, batch, timeout) {
-			k := batchIdx[n]
-			finishResult(&out[pending[run[k]]], values[k], herrs[k], rep)
-		}
-	}
-	if len(release) > 0 {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
-		store.Release(rctx, release) // a failed release only delays the next claim until the lease expires
-		cancel()
-	}
-	for _, b := range beats {
-		b.cancel(context.Canceled)
-	}
 }

@@ -10,7 +10,6 @@ import (
 	"runtime/debug"
 	"strconv"
 	"sync/atomic"
-	"time"
 )
 
 // ExecuteIdempotently runs fn at most once per key in the store's scope, however
@@ -58,16 +57,6 @@ func fingerprint(payload []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// callHandler runs fn, turning a panic into a *PanicError.
-func callHandler[T any](ctx context.Context, fn BatchHandler[T], i int, it BatchItem) (v T, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = &PanicError{Value: p, Stack: debug.Stack()}
-		}
-	}()
-	return fn(ctx, i, it)
-}
-
 // resolve turns a reply that is not a claim into a result.
 func resolve[T any](s Settings, key Key, rep ClaimReply) Result[T] {
 	r := Result[T]{Key: key, Attempt: rep.Attempts, Fence: rep.Fence}
@@ -83,7 +72,7 @@ func resolve[T any](s Settings, key Key, rep ClaimReply) Result[T] {
 			}
 			return r
 		}
-		if err := s.Codec.Unmarshal(rep.Result, &r.Value); err != nil {
+		if err := unmarshal(s.Codec, rep.Result, &r.Value); err != nil {
 			r.Err = fmt.Errorf("%w: key %q: %v", ErrUndecodableResult, string(key), err)
 		}
 	case StatusFailed:
@@ -119,7 +108,7 @@ func settlement(s Settings, key Key, owner string, v any, herr error) (st Settle
 		return st, false
 	}
 	st.Complete = true
-	data, err := s.Codec.Marshal(v)
+	data, err := marshal(s.Codec, v)
 	switch {
 	case err != nil:
 		s.Logger.Error("consumer: result not kept: it could not be encoded", "key", string(key), "err", err)
@@ -134,39 +123,25 @@ func settlement(s Settings, key Key, owner string, v any, herr error) (st Settle
 	return st, st.Dropped != ""
 }
 
-// settleDelays are the pauses before sending a settlement again when the store was unreachable.
-var settleDelays = []time.Duration{25 * time.Millisecond, 100 * time.Millisecond, 400 * time.Millisecond}
+// marshal encodes v, turning a panic in the codec (or in a MarshalJSON method)
+// into an error that carries the stack.
+func marshal(c Codec, v any) (data []byte, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			data, err = nil, fmt.Errorf("the codec panicked: %v\n%s", p, debug.Stack())
+		}
+	}()
+	return c.Marshal(v)
+}
 
-// settle sends settlements, sending again those that met an unreachable store. It
-// does not use ctx's cancellation: a handler that ran must be recorded if at all possible.
-func settle(ctx context.Context, store Store, items []Settlement, timeout time.Duration) []SettleReply {
-	ctx = context.WithoutCancel(ctx)
-	out := make([]SettleReply, len(items))
-	idx := make([]int, len(items))
-	for i := range idx {
-		idx[i] = i
-	}
-	for try := 0; ; try++ {
-		batch := make([]Settlement, len(idx))
-		for j, i := range idx {
-			batch[j] = items[i]
+// unmarshal decodes data into v, turning a panic in the codec into an error.
+func unmarshal(c Codec, data []byte, v any) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("the codec panicked: %v", p)
 		}
-		cctx, cancel := context.WithTimeout(ctx, timeout)
-		reps := store.Settle(cctx, batch)
-		cancel()
-		var again []int
-		for j, i := range idx {
-			out[i] = reps[j]
-			if errors.Is(reps[j].Err, ErrStoreUnavailable) {
-				again = append(again, i)
-			}
-		}
-		if len(again) == 0 || try == len(settleDelays) {
-			return out
-		}
-		time.Sleep(settleDelays[try])
-		idx = again
-	}
+	}()
+	return c.Unmarshal(data, v)
 }
 
 // finishResult fills r from the handler's outcome and the store's answer.

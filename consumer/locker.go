@@ -18,12 +18,16 @@ type Locker interface {
 
 // WithLock runs every handler under a distributed lock named after its key. The
 // lock expires within seconds of its holder's death, much sooner than the record
-// lease: a caller that takes the lock knows the previous owner is gone and takes
-// its started record over at once (fence +1) instead of waiting out the lease. A
-// paused holder that wakes up finds its handler's context cancelled, and its
-// completion refused (ErrLeaseLost). When another holder has the lock the result
-// is IN_PROGRESS (or DUPLICATE once it is done). With a locker, batches run item
-// by item. Default: no lock.
+// lease: a caller that takes the lock knows the previous holder is gone and takes
+// a started record that was claimed under the lock over at once (fence +1)
+// instead of waiting out the lease. A record claimed without the lock (by a
+// worker configured without WithLock, during a rolling deploy) is never forced:
+// its owner may be alive, so its lease is waited out. A paused holder that wakes
+// up finds its handler's context cancelled, and its completion refused
+// (ErrLeaseLost). When another holder has the lock, the record is only read
+// (nothing is claimed, no attempt is spent) and the result is IN_PROGRESS, or
+// DUPLICATE once it is done. With a locker, batches run item by item. Default: no
+// lock.
 func WithLock(l Locker) Option { return optFunc(func(s *Settings) { s.Locker = l }) }
 
 // LockName is the name of key's lock: <prefix>:{<scope>:<key>}:lock.
@@ -49,15 +53,10 @@ func executeLocked[T any](ctx context.Context, store Store, s Settings, items []
 			switch {
 			case err != nil:
 				out[i] = Result[T]{Outcome: Error, Key: it.Key, Err: &StoreError{Op: "lock", Err: err}}
-			case !ok: // another holder runs it: report what the record says, run nothing
-				out[i] = execute(ctx, store, single, one, batchConfig{locked: true, probe: true})[0]
+			case !ok: // another holder runs it: report what the record says, change nothing
+				out[i] = probe[T](ctx, store, s, it)
 			default:
-				out[i] = execute(held, store, single, one, batchConfig{locked: true, force: true})[0]
-				if cause := context.Cause(held); cause != nil && ctx.Err() == nil {
-					s.Logger.Warn("consumer: the lock was lost while the handler ran", "key", string(it.Key),
-						"cause", cause, "outcome", out[i].Outcome)
-				}
-				release()
+				out[i] = runLocked(ctx, held, release, store, s, single, one)
 			}
 		}
 		if bc.stopOnFail && out[i].Action() != Settle {
@@ -67,9 +66,45 @@ func executeLocked[T any](ctx context.Context, store Store, s Settings, items []
 	return out
 }
 
+// runLocked runs one item under its held lock and always releases the lock.
+func runLocked[T any](ctx, held context.Context, release func(), store Store, s Settings, single []BatchItem,
+	fn BatchHandler[T]) Result[T] {
+	defer release()
+	r := execute(held, store, single, fn, batchConfig{locked: true, underLock: true})[0]
+	if cause := context.Cause(held); cause != nil && ctx.Err() == nil {
+		s.Logger.Warn("consumer: the lock was lost while the handler ran", "key", string(single[0].Key),
+			"cause", cause, "outcome", r.Outcome)
+	}
+	return r
+}
+
 func notRunReason(ctx context.Context) any {
 	if err := context.Cause(ctx); err != nil {
 		return err
 	}
 	return "an earlier item of the batch was not settled"
+}
+
+// probe reports what the record of it says without claiming it: the lock is held
+// elsewhere, so this delivery must not run, and must not spend an attempt either.
+func probe[T any](ctx context.Context, store Store, s Settings, it BatchItem) Result[T] {
+	pctx, cancel := context.WithTimeout(ctx, s.CallTimeout)
+	rec, err := store.Peek(pctx, it.Key)
+	cancel()
+	if err != nil {
+		return Result[T]{Outcome: Error, Key: it.Key, Err: err}
+	}
+	rep := ClaimReply{Status: StatusInProgress, Fence: rec.Fence, Attempts: rec.Attempts}
+	switch {
+	case !rec.Found: // the holder has not claimed it yet
+	case s.Fingerprint && rec.Fingerprint != "" && rec.Fingerprint != fingerprint(it.Payload):
+		rep.Status = StatusConflict
+	case rec.State == "completed":
+		rep.Status, rep.Result, rep.Dropped = StatusCompleted, rec.Result, rec.Dropped
+	case rec.State == "failed":
+		rep.Status, rep.Message, rep.Permanent = StatusFailed, rec.Error, rec.Permanent
+	case rec.State == "started" && rec.LeaseUntil.After(rec.Now):
+		rep.Lease = rec.LeaseUntil.Sub(rec.Now)
+	}
+	return resolve[T](s, it.Key, rep)
 }

@@ -29,6 +29,7 @@ type memRecord struct {
 	dropped   string
 	errText   string
 	permanent bool
+	locked    bool // the current claim was made under the key's lock
 	created   int64
 	updated   int64
 	expires   int64 // ms
@@ -47,7 +48,12 @@ func NewMemoryStore(opts ...Option) (*MemoryStore, error) {
 }
 
 // Settings returns the store's resolved options.
-func (m *MemoryStore) Settings() Settings { return m.s }
+func (m *MemoryStore) Settings() Settings {
+	if m == nil {
+		return Settings{}
+	}
+	return m.s
+}
 
 func nowMillis() int64 { return time.Now().UnixMilli() }
 
@@ -76,6 +82,9 @@ func (m *MemoryStore) sweep(now int64) {
 
 // Begin claims records.
 func (m *MemoryStore) Begin(ctx context.Context, claims []Claim) []ClaimReply {
+	if m == nil {
+		return nilStore[ClaimReply](len(claims), func(err error) ClaimReply { return ClaimReply{Err: err} })
+	}
 	out := make([]ClaimReply, len(claims))
 	if err := ctx.Err(); err != nil {
 		for i := range out {
@@ -93,7 +102,7 @@ func (m *MemoryStore) Begin(ctx context.Context, claims []Claim) []ClaimReply {
 		switch {
 		case r == nil:
 			m.records[c.Key] = &memRecord{state: "started", owner: c.Owner, fence: 1, attempts: 1, fp: c.Fingerprint,
-				lease: now + lease, created: now, updated: now, expires: now + lease + ret}
+				lease: now + lease, locked: c.Locked, created: now, updated: now, expires: now + lease + ret}
 			out[i] = ClaimReply{Status: StatusAcquired, Fence: 1, Attempts: 1, Lease: m.s.Lease}
 		case c.Fingerprint != "" && r.fp != "" && r.fp != c.Fingerprint:
 			out[i] = ClaimReply{Status: StatusConflict, Fence: r.fence, Attempts: r.attempts}
@@ -108,18 +117,23 @@ func (m *MemoryStore) Begin(ctx context.Context, claims []Claim) []ClaimReply {
 			out[i] = ClaimReply{Status: StatusExhausted, Fence: r.fence, Attempts: r.attempts, Message: r.errText}
 		case r.state == "retry":
 			r.state, r.owner, r.lease, r.updated, r.expires = "started", c.Owner, now+lease, now, now+lease+ret
+			r.locked = c.Locked
 			r.fence++
 			r.attempts++
 			out[i] = ClaimReply{Status: StatusAcquired, Fence: r.fence, Attempts: r.attempts, Lease: m.s.Lease}
-		case r.lease > now && !c.Force: // started, live
+		case r.owner == c.Owner: // started: the caller's own claim, asked again
+			out[i] = ClaimReply{Status: StatusAcquired, Fence: r.fence, Attempts: r.attempts,
+				Lease: time.Duration(max(r.lease-now, 0)) * time.Millisecond}
+		case r.lease > now && !(c.Locked && r.locked): // started, live
 			out[i] = ClaimReply{Status: StatusInProgress, Fence: r.fence, Attempts: r.attempts,
 				Lease: time.Duration(r.lease-now) * time.Millisecond}
 		case r.attempts >= m.s.MaxAttempts: // started, expired on the last attempt
 			r.state, r.permanent, r.updated, r.expires = "failed", false, now, now+ret
 			r.errText, r.lease = "lease expired during the last allowed attempt", 0
 			out[i] = ClaimReply{Status: StatusExhausted, Fence: r.fence, Attempts: r.attempts, Message: r.errText}
-		default: // started, expired: take over
+		default: // started, expired (or its lock holder is gone): take over
 			r.owner, r.lease, r.updated, r.expires = c.Owner, now+lease, now, now+lease+ret
+			r.locked = c.Locked
 			r.fence++
 			r.attempts++
 			out[i] = ClaimReply{Status: StatusTakenOver, Fence: r.fence, Attempts: r.attempts, Lease: m.s.Lease}
@@ -139,6 +153,9 @@ func (m *MemoryStore) owns(key Key, owner string, now int64) *memRecord {
 
 // Settle completes or fails claimed records.
 func (m *MemoryStore) Settle(ctx context.Context, items []Settlement) []SettleReply {
+	if m == nil {
+		return nilStore[SettleReply](len(items), func(err error) SettleReply { return SettleReply{Err: err} })
+	}
 	out := make([]SettleReply, len(items))
 	if err := ctx.Err(); err != nil {
 		for i := range out {
@@ -153,6 +170,16 @@ func (m *MemoryStore) Settle(ctx context.Context, items []Settlement) []SettleRe
 	for i, it := range items {
 		r := m.owns(it.Key, it.Owner, now)
 		if r == nil {
+			if p := m.get(it.Key, now); p != nil && p.owner == it.Owner && p.state != "started" {
+				// Sent again after a lost reply: answer as the first call did.
+				switch {
+				case it.Complete && p.state == "completed", !it.Complete && p.state == "retry":
+					continue
+				case !it.Complete && p.state == "failed":
+					out[i].Terminal = true
+					continue
+				}
+			}
 			out[i].Err = &LeaseLostError{Key: it.Key, Reason: "settle: the claim belongs to another owner or has ended"}
 			continue
 		}
@@ -192,6 +219,9 @@ func (m *MemoryStore) Release(ctx context.Context, items []Owned) []error {
 }
 
 func (m *MemoryStore) owned(ctx context.Context, op string, items []Owned, change func(*memRecord, int64)) []error {
+	if m == nil {
+		return nilStore[error](len(items), func(err error) error { return err })
+	}
 	out := make([]error, len(items))
 	if err := ctx.Err(); err != nil {
 		for i := range out {
@@ -205,6 +235,9 @@ func (m *MemoryStore) owned(ctx context.Context, op string, items []Owned, chang
 	for i, it := range items {
 		r := m.owns(it.Key, it.Owner, now)
 		if r == nil {
+			if p := m.get(it.Key, now); op == "release" && p != nil && p.owner == it.Owner && p.state == "retry" {
+				continue // sent again after a lost reply: already released
+			}
 			out[i] = &LeaseLostError{Key: it.Key, Fence: it.Fence, Reason: op + ": the claim belongs to another owner or has ended"}
 			continue
 		}
@@ -215,6 +248,9 @@ func (m *MemoryStore) owned(ctx context.Context, op string, items []Owned, chang
 
 // Peek reads one record without changing it.
 func (m *MemoryStore) Peek(ctx context.Context, key Key) (Record, error) {
+	if m == nil {
+		return Record{}, errNilStore
+	}
 	if err := key.Validate(); err != nil {
 		return Record{}, err
 	}
@@ -231,7 +267,7 @@ func (m *MemoryStore) Peek(ctx context.Context, key Key) (Record, error) {
 	}
 	rec.Found, rec.State, rec.Owner, rec.Fence, rec.Attempts = true, r.state, r.owner, r.fence, r.attempts
 	rec.Fingerprint, rec.Result, rec.Dropped = r.fp, append([]byte(nil), r.result...), r.dropped
-	rec.Error, rec.Permanent = r.errText, r.state == "failed" && r.permanent
+	rec.Error, rec.Permanent, rec.Locked = r.errText, r.state == "failed" && r.permanent, r.locked
 	rec.Created, rec.Updated = time.UnixMilli(r.created), time.UnixMilli(r.updated)
 	rec.TTL = time.Duration(r.expires-now) * time.Millisecond
 	if r.lease > 0 {

@@ -14,6 +14,7 @@ const (
 	DefaultRetention     = 24 * time.Hour
 	DefaultMaxAttempts   = 5
 	DefaultMaxResultSize = 1 << 20
+	DefaultCallTimeout   = 5 * time.Second
 
 	// MinLease is the shortest lease accepted: the lease is renewed every lease/3.
 	MinLease = 10 * time.Millisecond
@@ -36,6 +37,7 @@ type Settings struct {
 	Codec          Codec
 	FailOpen       bool
 	WaitInProgress time.Duration
+	CallTimeout    time.Duration
 	Logger         *slog.Logger
 	Locker         Locker
 }
@@ -57,8 +59,9 @@ func WithPrefix(prefix string) Option { return optFunc(func(s *Settings) { s.Pre
 
 // WithLease sets how long a claim stays live without renewal. A running handler's
 // lease is renewed every lease/3; a crashed worker's claim is taken over once its
-// lease runs out. Default 30s, minimum 10ms. Keep it below the broker's redelivery
-// deadline.
+// lease runs out. A handler whose lease could not be renewed is cancelled
+// LeaseMargin(lease) (11% of the lease) before another worker could take over.
+// Default 30s, minimum 10ms. Keep it below the broker's redelivery deadline.
 func WithLease(d time.Duration) Option { return optFunc(func(s *Settings) { s.Lease = d }) }
 
 // WithRetention sets how long completed and failed records are kept, so duplicates
@@ -94,6 +97,16 @@ func WithWaitInProgress(d time.Duration) Option {
 	return optFunc(func(s *Settings) { s.WaitInProgress = d })
 }
 
+// WithCallTimeout bounds how long the library waits for any one store call
+// (claim, completion, renewal, release, read), whether or not the client honours
+// context deadlines on its sockets. A call without a reply in time counts as a
+// store outage (ErrStoreUnavailable); it may still have run, which every
+// transition tolerates. Renewals are bounded by lease/3 as well, claims by the
+// lease less its margin. Default 5s.
+func WithCallTimeout(d time.Duration) Option {
+	return optFunc(func(s *Settings) { s.CallTimeout = d })
+}
+
 // WithLogger sets the logger. Default: logs are discarded.
 func WithLogger(l *slog.Logger) Option { return optFunc(func(s *Settings) { s.Logger = l }) }
 
@@ -107,6 +120,7 @@ func newSettings(opts []Option) (Settings, error) {
 		Fingerprint:   true,
 		MaxResultSize: DefaultMaxResultSize,
 		Codec:         JSONCodec{},
+		CallTimeout:   DefaultCallTimeout,
 	}
 	for _, o := range opts {
 		if o == nil {
@@ -143,6 +157,8 @@ func (s Settings) Validate() error {
 		return configError("max result size %d: WithMaxResultSize takes 1 to %d bytes", s.MaxResultSize, MaxResultSizeLimit)
 	case s.Codec == nil:
 		return configError("nil codec: omit WithCodec for JSON")
+	case s.CallTimeout < time.Millisecond:
+		return configError("call timeout %v: WithCallTimeout takes at least 1ms", s.CallTimeout)
 	case s.WaitInProgress < 0:
 		return configError("wait %v: WithWaitInProgress takes 0 (off) or more", s.WaitInProgress)
 	}

@@ -32,12 +32,21 @@ func NewRedisStore(client redis.UniversalClient, opts ...Option) (*RedisStore, e
 	return &RedisStore{s: s, runner: lua.NewRunner(client)}, nil
 }
 
-// Settings returns the store's resolved options.
-func (r *RedisStore) Settings() Settings { return r.s }
+// Settings returns the store's resolved options (zero Settings on a nil store,
+// which ExecuteIdempotently and ExecuteBatch refuse with ErrInvalidConfig).
+func (r *RedisStore) Settings() Settings {
+	if r == nil {
+		return Settings{}
+	}
+	return r.s
+}
 
 // Load loads the scripts into Redis (on every primary of a cluster) ahead of the
 // first call. Optional: scripts are loaded on demand too.
 func (r *RedisStore) Load(ctx context.Context) error {
+	if r == nil {
+		return errNilStore
+	}
 	if err := r.runner.Load(ctx); err != nil {
 		return &StoreError{Op: "load", Err: err}
 	}
@@ -46,15 +55,23 @@ func (r *RedisStore) Load(ctx context.Context) error {
 
 // RecordKey is the Redis key of key's record: <prefix>:{<scope>:<key>}.
 func (r *RedisStore) RecordKey(key Key) string {
+	if r == nil {
+		return ""
+	}
 	return r.s.Prefix + ":{" + r.s.Scope + ":" + string(key) + "}"
 }
 
 // Begin claims records, in one round trip.
 func (r *RedisStore) Begin(ctx context.Context, claims []Claim) []ClaimReply {
+	if r == nil {
+		return nilStore[ClaimReply](len(claims), func(err error) ClaimReply { return ClaimReply{Err: err} })
+	}
 	items := make([]lua.BeginItem, len(claims))
 	for i, c := range claims {
-		items[i] = lua.BeginItem{Key: r.RecordKey(c.Key), Owner: c.Owner, Fingerprint: c.Fingerprint, Force: c.Force}
+		items[i] = lua.BeginItem{Key: r.RecordKey(c.Key), Owner: c.Owner, Fingerprint: c.Fingerprint, Locked: c.Locked}
 	}
+	ctx, cancel := r.bound(ctx)
+	defer cancel()
 	args := lua.BeginArgs{Lease: r.s.Lease, Retention: r.s.Retention, MaxAttempts: r.s.MaxAttempts}
 	out := make([]ClaimReply, len(claims))
 	for i, rep := range r.runner.Begin(ctx, args, items) {
@@ -91,6 +108,9 @@ func claimReply(key Key, rep lua.BeginReply) ClaimReply {
 
 // Settle completes or fails claimed records, in one round trip.
 func (r *RedisStore) Settle(ctx context.Context, items []Settlement) []SettleReply {
+	if r == nil {
+		return nilStore[SettleReply](len(items), func(err error) SettleReply { return SettleReply{Err: err} })
+	}
 	in := make([]lua.SettleItem, len(items))
 	for i, it := range items {
 		in[i] = lua.SettleItem{
@@ -98,6 +118,8 @@ func (r *RedisStore) Settle(ctx context.Context, items []Settlement) []SettleRep
 			Dropped: it.Dropped, Permanent: it.Permanent, Message: it.Message,
 		}
 	}
+	ctx, cancel := r.bound(ctx)
+	defer cancel()
 	args := lua.SettleArgs{Retention: r.s.Retention, MaxAttempts: r.s.MaxAttempts}
 	out := make([]SettleReply, len(items))
 	for i, rep := range r.runner.Settle(ctx, args, in) {
@@ -122,6 +144,11 @@ func (r *RedisStore) Release(ctx context.Context, items []Owned) []error {
 }
 
 func (r *RedisStore) owned(ctx context.Context, op string, items []Owned) []error {
+	if r == nil {
+		return nilStore[error](len(items), func(err error) error { return err })
+	}
+	ctx, cancel := r.bound(ctx)
+	defer cancel()
 	in := make([]lua.OwnedKey, len(items))
 	for i, it := range items {
 		in[i] = lua.OwnedKey{Key: r.RecordKey(it.Key), Owner: it.Owner}
@@ -153,9 +180,14 @@ func ackErr(op string, key Key, fence int64, rep lua.AckReply) error {
 
 // Peek reads one record without changing it.
 func (r *RedisStore) Peek(ctx context.Context, key Key) (Record, error) {
+	if r == nil {
+		return Record{}, errNilStore
+	}
 	if err := key.Validate(); err != nil {
 		return Record{}, err
 	}
+	ctx, cancel := r.bound(ctx)
+	defer cancel()
 	rec, err := r.runner.Peek(ctx, r.RecordKey(key))
 	if err != nil {
 		return Record{}, &StoreError{Op: "peek", Err: err}
@@ -167,9 +199,15 @@ func (r *RedisStore) Peek(ctx context.Context, key Key) (Record, error) {
 		Key: key, Found: rec.Found, State: rec.State, Owner: rec.Owner, Fence: rec.Fence,
 		Attempts: rec.Attempts, Fingerprint: rec.Fingerprint, LeaseUntil: rec.LeaseUntil,
 		Result: []byte(rec.Result), Dropped: rec.Dropped, Error: rec.Error,
-		Permanent: rec.State == "failed" && rec.Kind != "x",
-		Created:   rec.Created, Updated: rec.Updated, Now: rec.Now, TTL: rec.TTL,
+		Permanent: rec.State == "failed" && rec.Kind != "x", Locked: rec.Locked,
+		Created: rec.Created, Updated: rec.Updated, Now: rec.Now, TTL: rec.TTL,
 	}, nil
+}
+
+// bound limits ctx to the call timeout: the runner stops waiting for a reply then,
+// whether or not the client honours context deadlines.
+func (r *RedisStore) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, r.s.CallTimeout)
 }
 
 func millis(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }

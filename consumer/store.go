@@ -11,7 +11,10 @@ import (
 //
 // Every method takes a batch and answers item by item, in input order; a failure to
 // reach the store shows in each item's Err as a *StoreError. Transitions are
-// compare-and-set on the owner token, as DESIGN section 3 describes.
+// compare-and-set on the owner token. Every method tolerates being called again
+// with the same arguments after a lost reply: a claim by the owner token that holds
+// the record answers with that claim, and a completion, failure or release already
+// applied by the same owner answers as the first call did.
 type Store interface {
 	// Settings returns the store's resolved options.
 	Settings() Settings
@@ -33,9 +36,12 @@ type Claim struct {
 	Key         Key
 	Owner       string // owner token of the new attempt (random per attempt)
 	Fingerprint string // payload fingerprint, "" when fingerprinting is off
-	// Force takes a started record over even while its lease is live: the caller
-	// holds the key's distributed lock (WithLock), so the previous owner lost it.
-	Force bool
+	// Locked says the caller holds the key's distributed lock (WithLock). The claim
+	// is recorded as made under the lock, and a started record whose claim was made
+	// under the lock is taken over even while its lease is live: its holder lost the
+	// lock. A record claimed without the lock is never taken over before its lease
+	// runs out, since its owner may be alive and renewing.
+	Locked bool
 }
 
 // ClaimStatus is what Begin found at a key.
@@ -43,7 +49,7 @@ type ClaimStatus int
 
 // Claim statuses (DESIGN section 3).
 const (
-	StatusAcquired   ClaimStatus = iota + 1 // claimed: no record, or a retry record
+	StatusAcquired   ClaimStatus = iota + 1 // claimed: no record, a retry record, or the caller's own claim
 	StatusTakenOver                         // claimed: the previous owner's lease had expired
 	StatusInProgress                        // another owner holds a live lease
 	StatusCompleted                         // done: Result holds the stored result
@@ -66,7 +72,8 @@ type ClaimReply struct {
 	Status   ClaimStatus
 	Fence    int64
 	Attempts int
-	// Lease is the lease granted (Acquired, TakenOver) or left to the other owner (InProgress).
+	// Lease is the lease granted (Acquired, TakenOver; the lease left when the claim
+	// found the caller's own owner token) or left to the other owner (InProgress).
 	Lease time.Duration
 	// Result is the stored result (Completed); Dropped is "" when it was kept, the
 	// decimal size of a result too large to keep, or "unencodable".
@@ -129,8 +136,21 @@ type Record struct {
 	Dropped     string
 	Error       string
 	Permanent   bool
+	Locked      bool // the current claim was made under the key's distributed lock
 	Created     time.Time
 	Updated     time.Time
 	Now         time.Time     // the store's clock at the read
 	TTL         time.Duration // time to live left; -1 when the record has none
+}
+
+// errNilStore answers every call on a nil store.
+var errNilStore = configError("nil store: make it with NewRedisStore or NewMemoryStore and check their error")
+
+// nilStore answers n items of a call on a nil store.
+func nilStore[R any](n int, with func(error) R) []R {
+	out := make([]R, n)
+	for i := range out {
+		out[i] = with(errNilStore)
+	}
+	return out
 }

@@ -197,9 +197,11 @@ func TestInvalidOptions(t *testing.T) {
 	}
 }
 
-// With WithLock, a started record whose holder's lock is gone is taken over at
-// once (fence +1), long before its 30-second record lease runs out; while the lock
-// is held elsewhere the result is IN_PROGRESS and the record is left alone.
+// With WithLock, a started record claimed under the lock whose holder's lock is
+// gone is taken over at once (fence +1), long before its 30-second record lease
+// runs out; while the lock is held elsewhere the result is IN_PROGRESS and the
+// record is left alone. A record claimed without the lock (a worker configured
+// without WithLock) is never forced: its owner may be alive and renewing.
 func TestConsumerTakesOverWithoutWaitingForTheLease(t *testing.T) {
 	_, clients := nodes(t, 1)
 	l := newLocker(t, clients, lock.WithExpiry(time.Second), lock.WithTries(1))
@@ -211,7 +213,7 @@ func TestConsumerTakesOverWithoutWaitingForTheLease(t *testing.T) {
 	}
 	ctx := context.Background()
 	key := consumer.Key("invoice-7")
-	if rep := store.Begin(ctx, []consumer.Claim{{Key: key, Owner: "crashed"}})[0]; !rep.Claimed() {
+	if rep := store.Begin(ctx, []consumer.Claim{{Key: key, Owner: "crashed", Locked: true}})[0]; !rep.Claimed() {
 		t.Fatalf("claim: %+v", rep)
 	}
 	// The crashed owner's lock is still held for a moment: nothing runs.
@@ -244,6 +246,21 @@ func TestConsumerTakesOverWithoutWaitingForTheLease(t *testing.T) {
 	}
 	if r := consumer.ExecuteIdempotently(ctx, store, key, nil, func(ctx context.Context) (string, error) { return "again", nil }); r.Outcome != consumer.Duplicate || r.Value != "sent" {
 		t.Fatalf("after: %v %q", r.Outcome, r.Value)
+	}
+	// A live claim made without the lock waits out its lease, lock or no lock.
+	plain := consumer.Key("invoice-8")
+	if rep := store.Begin(ctx, []consumer.Claim{{Key: plain, Owner: "no-lock-worker"}})[0]; !rep.Claimed() {
+		t.Fatalf("claim without the lock: %+v", rep)
+	}
+	r = consumer.ExecuteIdempotently(ctx, store, plain, nil, func(ctx context.Context) (string, error) {
+		t.Error("forced over a claim made without the lock")
+		return "", nil
+	})
+	if r.Outcome != consumer.InProgress || r.LeaseLeft <= 0 {
+		t.Fatalf("over a claim made without the lock: %v %v lease left %v", r.Outcome, r.Err, r.LeaseLeft)
+	}
+	if rec, _ := store.Peek(ctx, plain); rec.Owner != "no-lock-worker" || rec.Fence != 1 || rec.Attempts != 1 {
+		t.Fatalf("a claim made without the lock was changed: %+v", rec)
 	}
 	// Unreachable lock nodes fail closed.
 	dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", DialTimeout: 100 * time.Millisecond, MaxRetries: -1})

@@ -6,11 +6,17 @@
 -- ARGV[3]  max attempts
 -- ARGV[1+3i] owner token of the new attempt for KEYS[i]
 -- ARGV[2+3i] payload fingerprint for KEYS[i] ('' when fingerprinting is off)
--- ARGV[3+3i] '1' to take a started record over even while its lease is live: the
---            caller holds the key's distributed lock, so the previous owner lost it
+-- ARGV[3+3i] '1' when the caller holds the key's distributed lock: the claim is
+--            marked as made under the lock (field lk), and a started record whose
+--            claim was made under the lock is taken over even while its lease is live
+--            (its holder lost the lock). A record claimed without the lock is never
+--            forced: its owner may be alive and renewing.
+--
+-- A claim by the owner token that already holds the record (a call the client sent
+-- again after a lost reply) answers with that same claim and changes nothing.
 --
 -- Returns one flat array; each key adds a row whose length its code gives:
---   1 ACQUIRED     fence, attempt, lease millis
+--   1 ACQUIRED     fence, attempt, lease millis (left, for the caller's own claim)
 --   2 TAKEN_OVER   fence, attempt, lease millis
 --   3 IN_PROGRESS  fence, attempts, lease millis left to the other owner
 --   4 DUPLICATE    fence, attempts, 0, encoded result, dropped flag ('' or why)
@@ -36,12 +42,13 @@ end
 for i, key in ipairs(KEYS) do
   local owner = ARGV[1 + 3 * i]
   local fp = ARGV[2 + 3 * i]
-  local force = ARGV[3 + 3 * i] == '1'
+  local locked = ARGV[3 + 3 * i] == '1'
+  local lk = locked and '1' or '0'
   local all = redis.pcall('HGETALL', key)
   if all.err then
     row(8, 0, 0, 0, 'key holds a value that is not an idemkit record')
   elseif #all == 0 then
-    redis.call('HSET', key, 's', 'started', 'o', owner, 'f', 1, 'a', 1, 'p', fp, 'l', now + lease, 'c', now)
+    redis.call('HSET', key, 's', 'started', 'o', owner, 'f', 1, 'a', 1, 'p', fp, 'l', now + lease, 'lk', lk, 'c', now)
     redis.call('PEXPIRE', key, lease + retention)
     n = n + 4
     out[n - 3], out[n - 2], out[n - 1], out[n] = 1, 1, 1, lease
@@ -72,7 +79,7 @@ for i, key in ipairs(KEYS) do
         fence = fence + 1
         attempts = attempts + 1
         redis.call('HSET', key, 's', 'started', 'o', owner, 'f', fence, 'a', attempts,
-          'l', now + lease, 'u', now)
+          'l', now + lease, 'lk', lk, 'u', now)
         redis.call('PEXPIRE', key, lease + retention)
         row(1, fence, attempts, lease)
       end
@@ -80,7 +87,9 @@ for i, key in ipairs(KEYS) do
       local deadline = tonumber(rec.l)
       if not deadline then
         row(8, 0, 0, 0, 'started record has no lease deadline')
-      elseif deadline > now and not force then
+      elseif rec.o == owner then
+        row(1, fence, attempts, math.max(deadline - now, 0))
+      elseif deadline > now and not (locked and rec.lk == '1') then
         row(3, fence, attempts, deadline - now)
       elseif attempts >= maxAttempts then
         -- The last allowed attempt died holding the lease: a message that
@@ -92,7 +101,7 @@ for i, key in ipairs(KEYS) do
       else
         fence = fence + 1
         attempts = attempts + 1
-        redis.call('HSET', key, 'o', owner, 'f', fence, 'a', attempts, 'l', now + lease, 'u', now)
+        redis.call('HSET', key, 'o', owner, 'f', fence, 'a', attempts, 'l', now + lease, 'lk', lk, 'u', now)
         redis.call('PEXPIRE', key, lease + retention)
         row(2, fence, attempts, lease)
       end

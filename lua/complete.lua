@@ -9,6 +9,9 @@
 -- from then), which leaves at least the retention while the lease is live; only a
 -- completion after the lease ran out sets the TTL again.
 --
+-- A completion the client sent again after a lost reply finds the record completed
+-- under its own owner token and answers OK again.
+--
 -- Returns one code per key: 1 OK, 2 LEASE_LOST (another owner, or no live claim), 8 CORRUPT.
 local retention = tonumber(ARGV[1])
 local t = redis.call('TIME')
@@ -29,6 +32,8 @@ for i, key in ipairs(KEYS) do
     if (tonumber(rec[3]) or 0) <= now then
       redis.call('PEXPIRE', key, retention)
     end
+    out[i] = 1
+  elseif rec[1] == 'completed' and rec[2] == ARGV[2 + base] then
     out[i] = 1
   else
     out[i] = 2

@@ -22,6 +22,7 @@
 //	a  attempts counted so far
 //	p  payload fingerprint ('' when fingerprinting is off)
 //	l  lease deadline, Redis server time in ms (meaningful while started)
+//	lk '1' when the current claim was made under the key's distributed lock, else '0'
 //	r  encoded result (completed)
 //	d  '' or the size of a result too large to keep (completed)
 //	e  error text (failed, retry)

@@ -9,6 +9,8 @@
 -- The TTL is left as the claim set it unless the lease has run out (see complete.lua).
 -- A retryable failure moves the record to 'retry', or to 'failed' (kind 'x') when
 -- it was the last allowed attempt; a permanent one moves it to 'failed' (kind 'p').
+-- A call the client sent again after a lost reply finds the record already moved on
+-- under its own owner token and answers as the first call did.
 -- Returns one code per key: 1 OK (retry), 2 LEASE_LOST, 3 FAILED (terminal), 8 CORRUPT.
 local retention = tonumber(ARGV[1])
 local maxAttempts = tonumber(ARGV[2])
@@ -36,6 +38,10 @@ for i, key in ipairs(KEYS) do
     if (tonumber(rec[4]) or 0) <= now then
       redis.call('PEXPIRE', key, retention) -- the claim's TTL no longer covers the retention
     end
+  elseif rec[1] == 'retry' and rec[2] == ARGV[3 + base] then
+    out[i] = 1
+  elseif rec[1] == 'failed' and rec[2] == ARGV[3 + base] then
+    out[i] = 3
   else
     out[i] = 2
   end

@@ -44,9 +44,10 @@ type BeginItem struct {
 	Key         string // full Redis key of the record
 	Owner       string // owner token of the new attempt
 	Fingerprint string // payload fingerprint, "" when fingerprinting is off
-	// Force takes a started record over even while its lease is live (the caller
-	// holds the key's distributed lock, so the previous owner has lost it).
-	Force bool
+	// Locked says the caller holds the key's distributed lock: the claim is marked
+	// as made under the lock, and a started record claimed under the lock is taken
+	// over even while its lease is live (its holder lost the lock).
+	Locked bool
 }
 
 // BeginReply is the begin script's answer for one record.
@@ -75,11 +76,11 @@ func (r *Runner) Begin(ctx context.Context, a BeginArgs, items []BeginItem) []Be
 		c.args[0], c.args[1], c.args[2] = a.Lease.Milliseconds(), a.Retention.Milliseconds(), a.MaxAttempts
 		for j, i := range g {
 			c.keys[j] = items[i].Key
-			force := "0"
-			if items[i].Force {
-				force = "1"
+			locked := "0"
+			if items[i].Locked {
+				locked = "1"
 			}
-			c.args = append(c.args, items[i].Owner, items[i].Fingerprint, force)
+			c.args = append(c.args, items[i].Owner, items[i].Fingerprint, locked)
 		}
 		calls[gi] = c
 	}

@@ -29,6 +29,7 @@ type Record struct {
 	Dropped     string
 	Error       string
 	Kind        string
+	Locked      bool // the current claim was made under the key's distributed lock
 	Created     time.Time
 	Updated     time.Time
 }
@@ -90,7 +91,7 @@ func (rec *Record) parse() {
 		rec.Corrupt, rec.Reason = true, "record has no numeric attempts"
 		return
 	}
-	rec.Dropped = f["d"]
+	rec.Dropped, rec.Locked = f["d"], f["lk"] == "1"
 	if ms, _ := strconv.ParseInt(f["l"], 10, 64); ms > 0 && rec.State == "started" {
 		rec.LeaseUntil = time.UnixMilli(ms)
 	}

@@ -22,6 +22,8 @@ for i, key in ipairs(KEYS) do
     redis.call('HSET', key, 's', 'retry', 'a', attempts, 'l', 0, 'u', now)
     redis.call('PEXPIRE', key, retention)
     out[i] = 1
+  elseif rec[1] == 'retry' and rec[2] == ARGV[1 + i] then
+    out[i] = 1 -- sent again after a lost reply: already released
   else
     out[i] = 2
   end

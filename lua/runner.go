@@ -39,15 +39,26 @@ func NewRunner(c redis.UniversalClient) *Runner {
 	return r
 }
 
-// Load loads every script (on every primary of a cluster) so that the first calls
-// need no reload.
+// Load loads every script (on every primary of a cluster, on every shard of a
+// ring) so that the first calls need no reload.
 func (r *Runner) Load(ctx context.Context) error {
 	for _, s := range All() {
-		if err := r.c.ScriptLoad(ctx, s.src).Err(); err != nil {
+		if err := r.load(ctx, s); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// load loads one script wherever a call may run: a ClusterClient already sends
+// SCRIPT LOAD to every primary, but a Ring sends it to one shard only.
+func (r *Runner) load(ctx context.Context, s *Script) error {
+	if ring, ok := r.c.(*redis.Ring); ok {
+		return ring.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error {
+			return c.ScriptLoad(ctx, s.src).Err()
+		})
+	}
+	return r.c.ScriptLoad(ctx, s.src).Err()
 }
 
 type call struct {
@@ -97,10 +108,48 @@ func (r *Runner) groups(keys []string) [][]int {
 // FLUSH keeps removing.
 const maxReloads = 5
 
-// exec runs calls in one round trip (one pipeline; a single call goes alone) and
+// exec runs calls and waits for their replies no longer than ctx allows, whether
+// or not the client honours context deadlines on its sockets (go-redis does only
+// with Options.ContextTimeoutEnabled): when ctx is done first, every call answers
+// with ctx's cause and the round trip finishes in the background, its replies
+// dropped. Such a call may still have run on the server.
+func (r *Runner) exec(ctx context.Context, calls []call) []reply {
+	if ctx.Done() == nil {
+		return r.run(ctx, calls)
+	}
+	done := make(chan []reply, 1)
+	go func() { done <- r.run(ctx, calls) }()
+	select {
+	case out := <-done:
+		return out
+	case <-ctx.Done():
+		select {
+		case out := <-done: // the replies arrived as the bound passed: keep them
+			return out
+		default:
+		}
+	}
+	err := &NoReplyError{Cause: context.Cause(ctx)}
+	out := make([]reply, len(calls))
+	for i := range out {
+		out[i].err = err
+	}
+	return out
+}
+
+// NoReplyError says a call's reply did not arrive before the caller's bound (its
+// context's deadline or cancellation). The call may still have run on the server.
+type NoReplyError struct{ Cause error }
+
+func (e *NoReplyError) Error() string { return "lua: no reply before the call's bound: " + e.Cause.Error() }
+
+// Unwrap returns the context's cause (context.DeadlineExceeded for a deadline).
+func (e *NoReplyError) Unwrap() error { return e.Cause }
+
+// run runs calls in one round trip (one pipeline; a single call goes alone) and
 // reloads scripts the server does not know, then runs those calls again. A call
 // answered NOSCRIPT did not run, so running it again is safe.
-func (r *Runner) exec(ctx context.Context, calls []call) []reply {
+func (r *Runner) run(ctx context.Context, calls []call) []reply {
 	out := make([]reply, len(calls))
 	if len(calls) == 1 {
 		c := calls[0]
@@ -135,7 +184,7 @@ func (r *Runner) exec(ctx context.Context, calls []call) []reply {
 			out[i] = reply{v, err}
 		}
 		for s := range load {
-			if err := r.c.ScriptLoad(ctx, s.src).Err(); err != nil {
+			if err := r.load(ctx, s); err != nil {
 				for _, i := range again {
 					out[i] = reply{nil, err}
 				}

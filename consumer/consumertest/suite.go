@@ -543,12 +543,19 @@ func testRenewalFailure(t *testing.T, f Factory) {
 	if !errors.As(cause, &ll) || ll.Key != k || !strings.Contains(ll.Error(), "lease") {
 		t.Fatalf("handler context cause = %v, want a *LeaseLostError naming the lease", cause)
 	}
+	// The attempt was cut short: it stored nothing, gave its claim back and was
+	// not counted, so the next delivery runs at once as attempt 1.
 	rec, _ := s.Peek(ctx, k)
-	if rec.State != "started" || len(rec.Result) != 0 {
-		t.Fatalf("record = %+v: a lost attempt must store nothing", rec)
+	if rec.State != "retry" || len(rec.Result) != 0 || rec.Attempts != 0 {
+		t.Fatalf("record = %+v: a lost attempt must store nothing and not be counted", rec)
 	}
 	if !r.Retryable() {
 		t.Fatal("lease lost must be retryable")
+	}
+	next := consumer.ExecuteIdempotently(ctx, s.Store, k, nil, func(ctx context.Context) (int, error) { return 2, nil })
+	expect(t, next, consumer.Success, nil)
+	if next.Attempt != 1 || next.Fence != 2 {
+		t.Fatalf("next delivery: attempt %d fence %d, want 1 and 2", next.Attempt, next.Fence)
 	}
 }
 
