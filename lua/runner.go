@@ -141,7 +141,9 @@ func (r *Runner) exec(ctx context.Context, calls []call) []reply {
 // context's deadline or cancellation). The call may still have run on the server.
 type NoReplyError struct{ Cause error }
 
-func (e *NoReplyError) Error() string { return "lua: no reply before the call's bound: " + e.Cause.Error() }
+func (e *NoReplyError) Error() string {
+	return "lua: no reply before the call's bound: " + e.Cause.Error()
+}
 
 // Unwrap returns the context's cause (context.DeadlineExceeded for a deadline).
 func (e *NoReplyError) Unwrap() error { return e.Cause }
