@@ -3,23 +3,38 @@
 # 127.0.0.1:5672 (or IDEMKIT_AMQP_URL); .ci/run installs and starts both.
 
 GO          ?= go
-STATICCHECK := bin/staticcheck
+STATICCHECK := $(CURDIR)/bin/staticcheck
 STATICCHECK_VERSION := v0.8.2
 PKGS        := ./...
 
-.PHONY: demo test test-short bench bench-kafka bench-amqp lint ci up down clean
+# Every Go module in the repository: the root and each directory with its own
+# go.mod (optional integrations kept out of the root module's dependencies).
+# test, test-short and lint run in each of them, PKGS relative to each module.
+MODULES := $(patsubst ./%,%,$(patsubst %/go.mod,%,$(shell find . -name go.mod -not -path './.git/*' | sort)))
+
+# Each module is built, tested and linted against its own go.mod, the way its users
+# get it (a sub-module reaches the root through its replace line); go.work ties the
+# modules together for editors and ad-hoc commands only.
+export GOWORK := off
+
+# each_module runs $(1) in every module and fails at the end if any of them failed.
+define each_module
+	@fail=0; for m in $(MODULES); do echo "== $$m: $(1)"; (cd $$m && $(1)) || fail=1; done; exit $$fail
+endef
+
+.PHONY: demo test test-short bench bench-kafka bench-amqp lint install-check ci up down clean
 
 ## demo: run the quickstart with zero set-up (in-process Redis unless IDEMKIT_REDIS_ADDR is set)
 demo:
 	$(GO) run ./examples/quickstart
 
-## test: run every test against real servers, with the race detector
+## test: run every test of every module against real servers, with the race detector
 test:
-	$(GO) test -race -count=1 $(PKGS)
+	$(call each_module,$(GO) test -race -count=1 $(PKGS))
 
 ## test-short: the same without the race detector, for a quick loop
 test-short:
-	$(GO) test -count=1 $(PKGS)
+	$(call each_module,$(GO) test -count=1 $(PKGS))
 
 ## bench: floor vs ExecuteIdempotently vs ExecuteBatch against a real Redis, one table
 bench:
@@ -36,14 +51,22 @@ bench-amqp:
 $(STATICCHECK):
 	GOBIN=$(CURDIR)/bin $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
-## lint: gofmt, go vet, staticcheck
+## lint: gofmt, go.work lists every module, go.mod files tidy, go vet, staticcheck
 lint: $(STATICCHECK)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt wants to rewrite:"; echo "$$out"; exit 1; fi
-	$(GO) vet $(PKGS)
-	$(STATICCHECK) $(PKGS)
+	@want=$$(printf '%s\n' $(MODULES) | sort | paste -sd' ' -); \
+	have=$$($(GO) work edit -json go.work | sed -n 's/.*"DiskPath": "\(.*\)".*/\1/p' | sed 's|^\./||' | sort | paste -sd' ' -); \
+	if [ "$$want" != "$$have" ]; then echo "go.work must use every module: want [$$want], have [$$have] (go work use <dir>)"; exit 1; fi
+	$(call each_module,$(GO) mod tidy -diff)
+	$(call each_module,$(GO) vet $(PKGS))
+	$(call each_module,$(STATICCHECK) $(PKGS))
+
+## install-check: a fresh module outside the repository requires idemkit and tidies without replace lines
+install-check:
+	bash .ci/install-check
 
 ## ci: what .ci/run runs
-ci: lint test demo
+ci: lint test demo install-check
 
 ## up / down: a developer's stack (Redis, RabbitMQ, Kafka) for users with Docker
 up:

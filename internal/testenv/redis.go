@@ -20,13 +20,13 @@ import (
 )
 
 // Redis returns a client to a Redis server for t: IDEMKIT_REDIS_ADDR when set, else
-// a private redis-server shared by the package's tests, else a container. The client
-// is closed when t ends. Use Prefix(t) for keys.
+// a private redis-server shared by the package's tests. The client is closed when t
+// ends. Use Prefix(t) for keys.
 func Redis(t testing.TB) *redis.Client {
 	t.Helper()
 	addr, err := sharedRedisAddr(t)
 	if err != nil {
-		missing(t, "Redis server", err)
+		missing(t, "Redis server (install redis-server or set IDEMKIT_REDIS_ADDR)", err)
 	}
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { _ = c.Close() })
@@ -38,7 +38,7 @@ func RedisAddr(t testing.TB) string {
 	t.Helper()
 	addr, err := sharedRedisAddr(t)
 	if err != nil {
-		missing(t, "Redis server", err)
+		missing(t, "Redis server (install redis-server or set IDEMKIT_REDIS_ADDR)", err)
 	}
 	return addr
 }
@@ -55,18 +55,12 @@ func sharedRedisAddr(t testing.TB) (string, error) {
 	}
 	shared.once.Do(func() {
 		srv, err := startRedis(nil)
-		if err == nil {
-			shared.addr = srv.Addr
-			atExit(srv.kill)
+		if err != nil {
+			shared.err = fmt.Errorf("cannot start redis-server: %w", err)
 			return
 		}
-		addr, stop, cerr := redisContainer()
-		if cerr == nil {
-			shared.addr = addr
-			atExit(stop)
-			return
-		}
-		shared.err = fmt.Errorf("%v; %v", err, cerr)
+		shared.addr = srv.Addr
+		atExit(srv.kill)
 	})
 	return shared.addr, shared.err
 }
@@ -89,7 +83,7 @@ func RedisServer(t testing.TB, extra ...string) *Server {
 	t.Helper()
 	srv, err := startRedis(extra)
 	if err != nil {
-		missing(t, "redis-server binary for a private server", err)
+		missing(t, "redis-server binary for a private server (install redis-server)", err)
 	}
 	t.Cleanup(srv.kill)
 	return srv
@@ -225,7 +219,7 @@ func RedisCluster(t testing.TB) *Cluster {
 	t.Helper()
 	c, err := startCluster()
 	if err != nil {
-		missing(t, "Redis Cluster (three private redis-server processes)", err)
+		missing(t, "Redis Cluster (three private redis-server processes; install redis-server)", err)
 	}
 	t.Cleanup(c.kill)
 	return c
@@ -312,7 +306,7 @@ func RedisSentinel(t testing.TB) *Sentinel {
 	t.Helper()
 	primary, err := startRedis(nil)
 	if err != nil {
-		missing(t, "redis-server binary for a Sentinel set-up", err)
+		missing(t, "redis-server binary for a Sentinel set-up (install redis-server)", err)
 	}
 	t.Cleanup(primary.kill)
 	s, err := startSentinel("idemkit-primary", primary)

@@ -1,11 +1,15 @@
-// Package testenv gives tests the real servers they need (DESIGN section 8).
+// Package testenv gives tests the real servers they need.
 //
 // Each server is found in this order: an address from the environment
-// (IDEMKIT_REDIS_ADDR); else a private server started here (redis-server on a free
-// loopback port, or a Redis Cluster of three such processes); else a container
-// through testcontainers-go when a container engine answers; else the test is
-// skipped with a message naming the missing server. With IDEMKIT_REQUIRE_SERVICES=1
-// (CI sets it) a missing server fails the test instead.
+// (IDEMKIT_REDIS_ADDR, IDEMKIT_AMQP_URL, IDEMKIT_POSTGRES_DSN, IDEMKIT_KAFKA_BROKERS);
+// else a server on this machine or a private one started here (redis-server on a
+// free loopback port, a Redis Cluster of three such processes, a Sentinel, the
+// RabbitMQ and PostgreSQL on their default local ports, an in-process kfake Kafka
+// cluster); else the test is skipped with a message naming the missing server and
+// how to provide it. With IDEMKIT_REQUIRE_SERVICES=1 (CI sets it) a missing server
+// fails the test instead. Nothing here needs a container engine, so the module's
+// tests add no container client to what users download; users who want servers in
+// containers for their own tests have the separate testcontainers module.
 //
 // Tests never flush a shared server: each test works under its own key prefix
 // (Prefix) or on its own private process. Packages that use testenv call Run from
@@ -35,7 +39,7 @@ func Required() bool {
 // missing skips t, or fails it when servers are required.
 func missing(t testing.TB, what string, err error) {
 	t.Helper()
-	msg := fmt.Sprintf("testenv: no %s available: %v (install redis-server, set IDEMKIT_REDIS_ADDR, or run a container engine)", what, err)
+	msg := fmt.Sprintf("testenv: no %s available: %v", what, err)
 	if Required() {
 		t.Fatal(msg + " [IDEMKIT_REQUIRE_SERVICES is set]")
 	}
