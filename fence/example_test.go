@@ -8,21 +8,52 @@ import (
 
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/fence"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// Inside a handler: write the result with the attempt's fence, so a worker whose
-// claim was taken over cannot overwrite its successor's result.
+// A handler writes the report its key owns (one key per month, one row per key)
+// with the attempt's fence, in the transaction that writes the rest of the
+// report: a worker whose claim was taken over is refused and rolls back, so none
+// of its rows land.
 func ExampleTable_Write() {
 	var db *sql.DB // sql.Open("pgx", "postgres://...")
 	reports := fence.Table{Name: "reports"}
-	handler := func(ctx context.Context) (string, error) {
+	handle := func(ctx context.Context, key consumer.Key) (string, error) {
 		f, _ := consumer.FenceFromContext(ctx)
-		err := reports.Write(ctx, db, "2026-10", f, []byte("revenue: 42"))
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return "", err
+		}
+		defer func() { _ = tx.Rollback() }()
+		// ... the report's other rows, written in tx ...
+		err = reports.Write(ctx, tx, string(key), f, []byte("revenue: 42"))
 		if errors.Is(err, fence.ErrStale) {
-			return "", consumer.Permanent(err) // a newer attempt already wrote it
+			return "", consumer.Permanent(err) // a newer attempt of this key wrote it
+		}
+		if err != nil {
+			return "", err
+		}
+		return "written", tx.Commit()
+	}
+	_ = handle
+	log.Print(reports.Schema())
+}
+
+// The same over pgx, in a pgx.Tx from a pool.
+func ExampleTable_WritePgx() {
+	var pool *pgxpool.Pool // pgxpool.New(ctx, "postgres://...")
+	reports := fence.Table{Name: "reports"}
+	handle := func(ctx context.Context, key consumer.Key) (string, error) {
+		f, _ := consumer.FenceFromContext(ctx)
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			// ... the report's other rows, written in tx ...
+			return reports.WritePgx(ctx, tx, string(key), f, []byte("revenue: 42"))
+		})
+		if errors.Is(err, fence.ErrStale) {
+			return "", consumer.Permanent(err)
 		}
 		return "written", err
 	}
-	_ = handler
-	log.Print(reports.Schema())
+	_ = handle
 }

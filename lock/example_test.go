@@ -14,7 +14,8 @@ import (
 func ExampleLocker_Do() {
 	var nodes []redis.UniversalClient
 	for _, addr := range []string{"10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379"} {
-		nodes = append(nodes, redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 500 * time.Millisecond}))
+		nodes = append(nodes, redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 500 * time.Millisecond,
+			ContextTimeoutEnabled: true})) // calls stop at the lock's own bounds
 	}
 	locker, err := lock.New(nodes, lock.WithExpiry(5*time.Second))
 	if err != nil {

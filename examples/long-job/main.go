@@ -4,6 +4,10 @@
 // seconds: a second worker that receives a running job is told IN_PROGRESS and
 // moves on; one that receives a finished job gets its stored result.
 //
+// Each report is owned by its idempotency key ("report:<month>"): its row is keyed
+// by that key, which is what makes the fence meaningful. A fence orders the
+// attempts of one key; it cannot order different keys' writes to a shared row.
+//
 // The lock runs on three independent Redis nodes (a quorum of two): in-process
 // ones by default, or IDEMKIT_LOCK_NODES=host:port,host:port,host:port. The store is
 // in-process too unless IDEMKIT_REDIS_ADDR is set. PostgreSQL is IDEMKIT_POSTGRES_DSN
@@ -33,10 +37,10 @@ import (
 var reports = fence.Table{Name: "idemkit_example_reports"}
 
 // generate builds a report in steps, stopping as soon as its lock is lost, and
-// stores it through the fence, so that a worker that lost the job cannot
-// overwrite the report of the worker that took it over.
-func generate(db *sql.DB) func(ctx context.Context, month string) (string, error) {
-	return func(ctx context.Context, month string) (string, error) {
+// stores it in the row its key owns through the fence, so that a worker that lost
+// the job cannot overwrite the report of the worker that took it over.
+func generate(db *sql.DB) func(ctx context.Context, key consumer.Key, month string) (string, error) {
+	return func(ctx context.Context, key consumer.Key, month string) (string, error) {
 		f, _ := consumer.FenceFromContext(ctx)
 		for step := 0; step < 4; step++ { // ~2s of work
 			select {
@@ -46,7 +50,7 @@ func generate(db *sql.DB) func(ctx context.Context, month string) (string, error
 			}
 		}
 		body := fmt.Sprintf("revenue report for %s (fence %d)", month, f)
-		if err := reports.Write(context.WithoutCancel(ctx), db, month, f, []byte(body)); err != nil {
+		if err := reports.Write(context.WithoutCancel(ctx), db, string(key), f, []byte(body)); err != nil {
 			if errors.Is(err, fence.ErrStale) {
 				return "", consumer.Permanent(err) // a newer attempt wrote it: this one is obsolete
 			}
@@ -95,7 +99,8 @@ func run() error {
 		}
 	}
 	for _, a := range addrs {
-		c := redis.NewClient(&redis.Options{Addr: a, DialTimeout: 500 * time.Millisecond})
+		// ContextTimeoutEnabled: a call the lock gives up on also stops in the client.
+		c := redis.NewClient(&redis.Options{Addr: a, DialTimeout: 500 * time.Millisecond, ContextTimeoutEnabled: true})
 		defer c.Close()
 		nodes = append(nodes, c)
 	}
@@ -139,8 +144,9 @@ func run() error {
 		go func() {
 			defer wg.Done()
 			for month := range queue {
-				r := consumer.ExecuteIdempotently(ctx, store, consumer.Key("report:"+month), []byte(month),
-					func(ctx context.Context) (string, error) { return job(ctx, month) })
+				key := consumer.Key("report:" + month)
+				r := consumer.ExecuteIdempotently(ctx, store, key, []byte(month),
+					func(ctx context.Context) (string, error) { return job(ctx, key, month) })
 				line := fmt.Sprintf("  worker %d  %-18s %-11s fence %d", w, month, r.Outcome, r.Fence)
 				if r.Err != nil {
 					line += "  " + r.Err.Error()
@@ -158,7 +164,7 @@ func run() error {
 	}
 	fmt.Println("\nreports in PostgreSQL:")
 	for _, m := range months {
-		v, f, writes, _, err := reports.Read(ctx, db, m+"-"+stamp)
+		v, f, writes, _, err := reports.Read(ctx, db, "report:"+m+"-"+stamp)
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,449 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/internal/testenv"
+	"github.com/idemkit/idemkit/lock"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+)
+
+// cancelClock records when a holder's context was cancelled, from the
+// context.AfterFunc goroutine (which can only run after the cancellation).
+type cancelClock struct{ at atomic.Int64 }
+
+func watchCancel(held context.Context) (*cancelClock, func() bool) {
+	c := &cancelClock{}
+	stop := context.AfterFunc(held, func() { c.at.Store(time.Now().UnixNano()) })
+	return c, stop
+}
+
+// when waits (with a deadline) for the recorded cancellation time.
+func (c *cancelClock) when(within time.Duration) (time.Time, bool) {
+	deadline := time.Now().Add(within)
+	for c.at.Load() == 0 {
+		if time.Now().After(deadline) {
+			return time.Time{}, false
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return time.Unix(0, c.at.Load()), true
+}
+
+// partitionRun is one run of the partition proof: holder A (through px) takes
+// name, lets extensions pass, then its link is blackholed; holder B polls the
+// node directly until it gets the lock. It returns how long before B's
+// acquisition A's context was cancelled.
+func partitionRun(la, lb *lock.Locker, extended *atomic.Int32, px *testenv.FaultProxy, name string, expiry time.Duration, extensions int32) (time.Duration, error) {
+	ctx := context.Background()
+	held, release, err := la.Acquire(ctx, name)
+	if err != nil {
+		return 0, fmt.Errorf("A's acquisition: %w", err)
+	}
+	defer release()
+	clock, stop := watchCancel(held)
+	defer stop()
+	deadline := time.Now().Add(3 * expiry)
+	for extended.Load() < extensions {
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("A made %d extensions within %v, want %d", extended.Load(), 3*expiry, extensions)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	px.Blackhole()
+	defer px.Pass() // before the release (deferred earlier), so A's unlock can reach the node
+	poll := min(expiry/60, 50*time.Millisecond)
+	deadline = time.Now().Add(3*expiry + 5*time.Second)
+	for {
+		_, rb, ok, err := lb.TryAcquire(ctx, name)
+		if err != nil {
+			return 0, fmt.Errorf("B's acquisition: %w", err)
+		}
+		if ok {
+			bAt := time.Now()
+			aLive := held.Err() == nil
+			rb()
+			if aLive {
+				return 0, errors.New("B acquired the lock while A's context was still live")
+			}
+			aAt, ok := clock.when(5 * time.Second)
+			switch {
+			case !ok:
+				return 0, errors.New("A's cancellation was never observed")
+			case !aAt.Before(bAt):
+				return 0, fmt.Errorf("A's context was cancelled %v after B acquired", aAt.Sub(bAt))
+			}
+			var lost *lock.LostError
+			if !errors.As(context.Cause(held), &lost) || lost.Name != name {
+				return 0, fmt.Errorf("A's cause is %v, want a *LostError for %q", context.Cause(held), name)
+			}
+			return bAt.Sub(aAt), nil
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("B never acquired within %v", 3*expiry+5*time.Second)
+		}
+		time.Sleep(poll)
+	}
+}
+
+// Holder A's connection to the lock node is blackholed (calls hang, nothing is
+// closed; the client has its default timeouts and ContextTimeoutEnabled off).
+// After the lock expires on the node, holder B acquires it. In every run, A's
+// job context was cancelled before B acquired. 20 runs per expiry, all at once
+// on distinct lock names and proxies; half are partitioned right after the
+// acquisition, half after one extension.
+func TestPartitionedHolderIsCancelledBeforeTheNextHolderAcquires(t *testing.T) {
+	srv := testenv.RedisServer(t)
+	direct := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
+	t.Cleanup(func() { _ = direct.Close() })
+	const runs = 20
+	expiries := []time.Duration{600 * time.Millisecond, 1500 * time.Millisecond, 8 * time.Second}
+	gaps := make([][]time.Duration, len(expiries))
+	errs := make([][]error, len(expiries))
+	var wg sync.WaitGroup
+	for i, expiry := range expiries {
+		gaps[i], errs[i] = make([]time.Duration, runs), make([]error, runs)
+		lb := newLocker(t, []redis.UniversalClient{direct}, lock.WithExpiry(expiry), lock.WithTries(1))
+		for r := 0; r < runs; r++ {
+			px := testenv.NewFaultProxy(t, srv.Addr)
+			ca := redis.NewClient(&redis.Options{Addr: px.Addr(), MaxRetries: -1})
+			t.Cleanup(func() { _ = ca.Close() })
+			if err := ca.Ping(context.Background()).Err(); err != nil { // dial before 60 runs start at once
+				t.Fatal(err)
+			}
+			var extended atomic.Int32
+			la := newLocker(t, []redis.UniversalClient{ca}, lock.WithExpiry(expiry), lock.WithTries(1),
+				lock.WithOnExtend(func(string) { extended.Add(1) }))
+			name := fmt.Sprintf("%s:%v:%d", testenv.Prefix(t), expiry, r)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				gaps[i][r], errs[i][r] = partitionRun(la, lb, &extended, px, name, expiry, int32(r%2))
+			}()
+		}
+	}
+	wg.Wait()
+	for i, expiry := range expiries {
+		failed := 0
+		for r, err := range errs[i] {
+			if err != nil {
+				failed++
+				t.Errorf("expiry %v, run %d: %v", expiry, r, err)
+			}
+		}
+		g := slices.Clone(gaps[i])
+		slices.Sort(g)
+		t.Logf("expiry %v: in %d of %d runs A was cancelled before B acquired; A's lead: min %v, median %v, max %v",
+			expiry, runs-failed, runs, g[0].Round(time.Millisecond), g[runs/2].Round(time.Millisecond), g[runs-1].Round(time.Millisecond))
+	}
+}
+
+// The lock key vanishes from the node (a restart without persistence, a failover
+// to a replica that never saw it) and B acquires the lock. A's next extension is
+// answered "not yours": A's context is cancelled at that extension, long before
+// the validity A's last successful call gave it, and A's unlock leaves B's lock
+// alone.
+func TestTakenLockIsGivenUpAtTheRefusedExtension(t *testing.T) {
+	_, clients := nodes(t, 1)
+	const expiry = 3 * time.Second // extensions every 1s; validity ~2.97s
+	var extended atomic.Int32
+	la := newLocker(t, clients, lock.WithExpiry(expiry), lock.WithTries(1), lock.WithOnExtend(func(string) { extended.Add(1) }))
+	lb := newLocker(t, clients, lock.WithExpiry(expiry), lock.WithTries(1))
+	ctx := context.Background()
+	held, release, err := la.Acquire(ctx, "report")
+	if err != nil {
+		t.Fatal(err)
+	}
+	acquired := time.Now()
+	clock, stop := watchCancel(held)
+	defer stop()
+	if err := clients[0].Del(ctx, "report").Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, rb, ok, err := lb.TryAcquire(ctx, "report")
+	if !ok || err != nil {
+		t.Fatalf("B after the key vanished: %v %v", ok, err)
+	}
+	defer rb()
+	aAt, seen := clock.when(10 * time.Second)
+	if !seen {
+		t.Fatal("A's context was never cancelled")
+	}
+	var lost *lock.LostError
+	if !errors.As(context.Cause(held), &lost) {
+		t.Fatalf("cause %v, want a *LostError", context.Cause(held))
+	}
+	// The first extension is due at +1s; the validity ends at ~+2.97s. Cancelled
+	// before the second extension would be due means: at the first one.
+	if after := aAt.Sub(acquired); after >= 2*expiry/3 || extended.Load() != 0 {
+		t.Fatalf("A cancelled %v after acquiring, with %d extensions; want at its first extension (~%v), not at its validity (~%v)",
+			after, extended.Load(), expiry/3, expiry)
+	}
+	release()
+	if n := clients[0].Exists(ctx, "report").Val(); n != 1 {
+		t.Fatal("A's unlock removed B's lock")
+	}
+	t.Logf("A cancelled %v after acquiring (its first extension is due at %v): %v", aAt.Sub(acquired).Round(time.Millisecond), expiry/3, lost)
+}
+
+// Three nodes: a minority answering "taken" or not answering at all leaves the
+// holder running through several extensions; a quorum answering "taken"
+// cancels it at once.
+func TestThreeNodesQuorumTakenCancelsMinorityDoesNot(t *testing.T) {
+	srvs, direct := nodes(t, 3)
+	var proxies []*testenv.FaultProxy
+	var clients []redis.UniversalClient
+	for _, s := range srvs {
+		px := testenv.NewFaultProxy(t, s.Addr)
+		c := redis.NewClient(&redis.Options{Addr: px.Addr(), MaxRetries: -1})
+		t.Cleanup(func() { _ = c.Close() })
+		proxies, clients = append(proxies, px), append(clients, c)
+	}
+	const expiry = 1500 * time.Millisecond
+	var extended atomic.Int32
+	l := newLocker(t, clients, lock.WithExpiry(expiry), lock.WithTries(1), lock.WithOnExtend(func(string) { extended.Add(1) }))
+	ctx := context.Background()
+	someoneElse := func(name string, nodes ...int) {
+		for _, n := range nodes {
+			if err := direct[n].Set(ctx, name, "someone-else", time.Minute).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	keepsRunning := func(name string, fault func(), heal func()) {
+		t.Helper()
+		held, release, err := l.Acquire(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer release()
+		fault()
+		defer heal()
+		from := extended.Load()
+		testenv.Eventually(t, 10*expiry, "three more extensions", func() bool { return extended.Load() >= from+3 || held.Err() != nil })
+		if held.Err() != nil {
+			t.Fatalf("%s: cancelled although a quorum still answered: %v", name, context.Cause(held))
+		}
+	}
+	keepsRunning("minority-taken", func() { someoneElse("minority-taken", 0) }, func() {})
+	keepsRunning("minority-silent", proxies[1].Blackhole, proxies[1].Pass)
+
+	held, release, err := l.Acquire(ctx, "quorum-taken")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	acquired := time.Now()
+	clock, stop := watchCancel(held)
+	defer stop()
+	from := extended.Load()
+	someoneElse("quorum-taken", 0, 2)
+	aAt, seen := clock.when(10 * time.Second)
+	if !seen {
+		t.Fatal("never cancelled after a quorum answered taken")
+	}
+	if after := aAt.Sub(acquired); after >= 2*expiry/3 || extended.Load() != from {
+		t.Fatalf("cancelled %v after acquiring, %d extensions after the takeover; want at the first extension (~%v)",
+			after, extended.Load()-from, expiry/3)
+	}
+	var lost *lock.LostError
+	if !errors.As(context.Cause(held), &lost) {
+		t.Fatalf("cause %v, want a *LostError", context.Cause(held))
+	}
+}
+
+// A job that panics: Do releases the lock on the way out and the panic goes on
+// to the caller; a new Do acquires at once and no goroutine is left behind.
+func TestPanickingJobReleasesTheLock(t *testing.T) {
+	_, clients := nodes(t, 1)
+	l := newLocker(t, clients, lock.WithExpiry(300*time.Millisecond), lock.WithTries(1))
+	ctx := context.Background()
+	before := goleak.IgnoreCurrent()
+	var recovered any
+	func() {
+		defer func() { recovered = recover() }()
+		_ = l.Do(ctx, "panicky", func(context.Context) error { panic("bug in the job") })
+	}()
+	if recovered != "bug in the job" {
+		t.Fatalf("recovered %v, want the job's panic", recovered)
+	}
+	if n := clients[0].Exists(ctx, "panicky").Val(); n != 0 {
+		t.Fatal("the lock is still held after the job panicked")
+	}
+	ran := 0
+	if err := l.Do(ctx, "panicky", func(context.Context) error { ran++; return nil }); err != nil || ran != 1 {
+		t.Fatalf("a new Do after the panic: %v, ran %d times", err, ran)
+	}
+	goleak.VerifyNone(t, before)
+}
+
+// An acquisition whose reply comes after the library stopped waiting (the SET
+// reached the node, its answer did not come back in time) is reported
+// unreachable and leaves no lock behind: it is removed as soon as the late reply
+// arrives, long before it would expire.
+func TestAbandonedAcquisitionLeavesNoLock(t *testing.T) {
+	srv := testenv.RedisServer(t)
+	direct := srv.Client(t)
+	px := testenv.NewFaultProxy(t, srv.Addr)
+	ca := redis.NewClient(&redis.Options{Addr: px.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = ca.Close() })
+	const expiry = 8 * time.Second // each call waits at most expiry/4 = 2s
+	l := newLocker(t, []redis.UniversalClient{ca}, lock.WithExpiry(expiry), lock.WithTries(1))
+	ctx := context.Background()
+	if err := ca.Ping(ctx).Err(); err != nil { // an open connection, so the delay hits the SET alone
+		t.Fatal(err)
+	}
+	// Each way: the SET lands at +1.05s, its reply comes at +2.1s; the unlock
+	// (EVALSHA, NOSCRIPT, EVAL) lands by about +5.3s.
+	px.SetDelay(1050 * time.Millisecond)
+	began := time.Now()
+	_, release, err := l.Acquire(ctx, "slow")
+	if err == nil {
+		release()
+		t.Fatal("acquired although the reply came after the bound")
+	}
+	if !errors.Is(err, lock.ErrUnreachable) {
+		t.Fatalf("Acquire: %v, want ErrUnreachable", err)
+	}
+	if v := direct.Get(ctx, "slow").Val(); v == "" {
+		t.Fatal("the late SET never reached the node: the test proves nothing")
+	}
+	// Unremoved, the key would live until at least began+9s.
+	testenv.Eventually(t, time.Until(began.Add(expiry-time.Second/2)), "the abandoned lock removed", func() bool {
+		return direct.Exists(ctx, "slow").Val() == 0
+	})
+	px.SetDelay(0)
+	if err := l.Do(ctx, "slow", func(context.Context) error { return nil }); err != nil {
+		t.Fatalf("after the abandoned acquisition: %v", err)
+	}
+}
+
+// A client with no socket timeouts at all (ReadTimeout -1) over a blackholed
+// link: every call the library makes is still bounded. Acquisition fails as
+// unreachable, a held lock's context is cancelled at its validity, and release
+// returns after the unlock timeout.
+func TestCallsAreBoundedWhenTheClientWaitsForever(t *testing.T) {
+	srv := testenv.RedisServer(t)
+	px := testenv.NewFaultProxy(t, srv.Addr)
+	ca := redis.NewClient(&redis.Options{Addr: px.Addr(), MaxRetries: -1, ReadTimeout: -1, WriteTimeout: -1})
+	t.Cleanup(func() { _ = ca.Close() })
+	l := newLocker(t, []redis.UniversalClient{ca}, lock.WithExpiry(time.Second), lock.WithTries(1),
+		lock.WithUnlockTimeout(300*time.Millisecond))
+	ctx := context.Background()
+	within := func(what string, d time.Duration, f func()) {
+		t.Helper()
+		done := make(chan struct{})
+		go func() { defer close(done); f() }()
+		select {
+		case <-done:
+		case <-time.After(d):
+			px.Close() // let the stuck call return so the test can end
+			<-done
+			t.Fatalf("%s did not return within %v", what, d)
+		}
+	}
+	px.Blackhole()
+	var err error
+	within("Acquire on a blackholed node", 10*time.Second, func() { _, _, err = l.Acquire(ctx, "hang") })
+	if !errors.Is(err, lock.ErrUnreachable) {
+		t.Fatalf("Acquire: %v, want ErrUnreachable", err)
+	}
+	px.Pass()
+	held, release, err := l.Acquire(ctx, "hang2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	px.Blackhole()
+	within("cancelling the held context", 10*time.Second, func() { <-held.Done() })
+	within("release", 10*time.Second, release)
+	px.Pass()
+}
+
+// With consumer.WithLock: A's path to the lock node is blackholed while its
+// record store stays healthy (its record lease is renewed throughout). B takes
+// the lock once it expires and runs the handler. A's handler context was
+// cancelled before B's handler started; each handler ran exactly once.
+func TestWithLockPartitionedHolderStopsBeforeTheTakeover(t *testing.T) {
+	srv := testenv.RedisServer(t)
+	direct := srv.Client(t)
+	px := testenv.NewFaultProxy(t, srv.Addr)
+	ca := redis.NewClient(&redis.Options{Addr: px.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = ca.Close() })
+	const expiry = 900 * time.Millisecond
+	la := newLocker(t, []redis.UniversalClient{ca}, lock.WithExpiry(expiry), lock.WithTries(1))
+	lb := newLocker(t, []redis.UniversalClient{direct}, lock.WithExpiry(expiry), lock.WithTries(1))
+	rdb := testenv.Redis(t)
+	prefix := testenv.Prefix(t)
+	storeA, err := consumer.NewRedisStore(rdb, consumer.WithPrefix(prefix), consumer.WithScope("reports"), consumer.WithLock(la))
+	if err != nil {
+		t.Fatal(err)
+	}
+	storeB, err := consumer.NewRedisStore(rdb, consumer.WithPrefix(prefix), consumer.WithScope("reports"), consumer.WithLock(lb))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	key := consumer.Key("report-2026-10")
+	var aRuns, bRuns atomic.Int32
+	aStarted := make(chan struct{})
+	var aCancelled atomic.Int64
+	aRes := make(chan consumer.Result[string], 1)
+	go func() {
+		aRes <- consumer.ExecuteIdempotently(ctx, storeA, key, nil, func(hctx context.Context) (string, error) {
+			aRuns.Add(1)
+			close(aStarted)
+			<-hctx.Done()
+			aCancelled.Store(time.Now().UnixNano())
+			return "", context.Cause(hctx)
+		})
+	}()
+	<-aStarted
+	px.Blackhole()
+	lockName := storeA.Settings().LockName(key)
+	testenv.Eventually(t, 10*time.Second, "A's lock to expire on the node", func() bool {
+		return direct.Exists(ctx, lockName).Val() == 0
+	})
+	var bStart time.Time
+	var aLiveAtB bool
+	rb := consumer.ExecuteIdempotently(ctx, storeB, key, nil, func(hctx context.Context) (string, error) {
+		bStart = time.Now()
+		aLiveAtB = aCancelled.Load() == 0
+		bRuns.Add(1)
+		return "B", nil
+	})
+	if rb.Outcome != consumer.Success {
+		t.Fatalf("B: %v %v", rb.Outcome, rb.Err)
+	}
+	if aLiveAtB {
+		t.Fatal("B's handler started while A's handler was still running under a live context")
+	}
+	if at := time.Unix(0, aCancelled.Load()); !at.Before(bStart) {
+		t.Fatalf("A's handler context was cancelled %v after B's handler started", at.Sub(bStart))
+	}
+	px.Pass()
+	ra := <-aRes
+	if ra.Outcome != consumer.Error {
+		t.Fatalf("A: %v %v, want ERROR", ra.Outcome, ra.Err)
+	}
+	again := consumer.ExecuteIdempotently(ctx, storeB, key, nil, func(context.Context) (string, error) {
+		bRuns.Add(1)
+		return "again", nil
+	})
+	if again.Outcome != consumer.Duplicate || again.Value != "B" {
+		t.Fatalf("after: %v %q", again.Outcome, again.Value)
+	}
+	if aRuns.Load() != 1 || bRuns.Load() != 1 {
+		t.Fatalf("handler runs: A %d, B %d; want 1 and 1", aRuns.Load(), bRuns.Load())
+	}
+	t.Logf("A's handler was cancelled %v before B's started (B: fence %d; A: %v)",
+		bStart.Sub(time.Unix(0, aCancelled.Load())).Round(time.Millisecond), rb.Fence, ra.Err)
+}
