@@ -42,12 +42,29 @@ func NewRunner(c redis.UniversalClient) *Runner {
 // Load loads every script (on every primary of a cluster, on every shard of a
 // ring) so that the first calls need no reload.
 func (r *Runner) Load(ctx context.Context) error {
-	for _, s := range All() {
-		if err := r.load(ctx, s); err != nil {
-			return err
+	return bounded(ctx, func() error {
+		for _, s := range All() {
+			if err := r.load(ctx, s); err != nil {
+				return err
+			}
 		}
+		return nil
+	})
+}
+
+// bounded runs f and stops waiting for it when ctx is done.
+func bounded(ctx context.Context, f func() error) error {
+	if ctx.Done() == nil {
+		return f()
 	}
-	return nil
+	done := make(chan error, 1)
+	go func() { done <- f() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return &NoReplyError{Cause: context.Cause(ctx)}
+	}
 }
 
 // load loads one script wherever a call may run: a ClusterClient already sends

@@ -17,14 +17,18 @@ import (
 //     connection is closed, as when a reply is lost after the server ran the command.
 //   - SetDelay: every chunk waits d before it is forwarded (one way).
 //   - Reset: every open connection is closed (a connection kill).
+//   - Refuse: every open connection is closed and new ones are closed at once,
+//     as while the server is down: calls fail fast instead of hanging.
 //
-// Pass undoes Blackhole. The proxy is closed when the test that made it ends.
+// Pass undoes Blackhole and Refuse. The proxy is closed when the test that made it
+// ends.
 type FaultProxy struct {
 	ln     net.Listener
 	target string
 
 	mu      sync.Mutex
 	black   bool
+	refuse  bool
 	changed chan struct{} // closed and replaced whenever black changes
 	drop    bool
 	delay   time.Duration
@@ -53,8 +57,23 @@ func (p *FaultProxy) Addr() string { return p.ln.Addr().String() }
 // Blackhole stops moving bytes in both directions, without closing anything.
 func (p *FaultProxy) Blackhole() { p.setBlack(true) }
 
-// Pass moves bytes again after Blackhole.
-func (p *FaultProxy) Pass() { p.setBlack(false) }
+// Pass moves bytes again after Blackhole, and accepts connections again after Refuse.
+func (p *FaultProxy) Pass() {
+	p.mu.Lock()
+	p.refuse = false
+	p.mu.Unlock()
+	p.setBlack(false)
+}
+
+// Refuse closes every open connection and every new one at once, until Pass.
+func (p *FaultProxy) Refuse() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.refuse = true
+	for c := range p.conns {
+		_ = c.Close()
+	}
+}
 
 func (p *FaultProxy) setBlack(on bool) {
 	p.mu.Lock()
@@ -124,7 +143,7 @@ func (p *FaultProxy) accept() {
 func (p *FaultProxy) track(conns ...net.Conn) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed {
+	if p.closed || p.refuse {
 		return false
 	}
 	for _, c := range conns {

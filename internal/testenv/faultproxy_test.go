@@ -57,6 +57,12 @@ func TestFaultProxy(t *testing.T) {
 	}
 	px.SetDelay(0)
 
+	px.Refuse()
+	if err := c.Ping(ctx).Err(); err == nil {
+		t.Fatal("a refusing proxy must fail calls")
+	}
+	px.Pass()
+
 	px.Reset()
 	_ = c.Ping(ctx).Err() // may fail once on the killed connection
 	if err := c.Ping(ctx).Err(); err != nil {
