@@ -38,6 +38,7 @@ type Settings struct {
 	FailOpen       bool
 	WaitInProgress time.Duration
 	CallTimeout    time.Duration
+	EvictionCheck  EvictionCheck
 	Logger         *slog.Logger
 	Locker         Locker
 }
@@ -159,6 +160,8 @@ func (s Settings) Validate() error {
 		return configError("nil codec: omit WithCodec for JSON")
 	case s.CallTimeout < time.Millisecond:
 		return configError("call timeout %v: WithCallTimeout takes at least 1ms", s.CallTimeout)
+	case s.EvictionCheck < EvictionWarn || s.EvictionCheck > EvictionIgnore:
+		return configError("eviction check %d: WithEvictionCheck takes EvictionWarn, EvictionRefuse or EvictionIgnore", s.EvictionCheck)
 	case s.WaitInProgress < 0:
 		return configError("wait %v: WithWaitInProgress takes 0 (off) or more", s.WaitInProgress)
 	}

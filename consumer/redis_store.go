@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/idemkit/idemkit/lua"
@@ -13,14 +14,21 @@ import (
 // primary (redis.NewFailoverClient) or a Redis Cluster. It is safe for concurrent use.
 type RedisStore struct {
 	s      Settings
+	client redis.UniversalClient
 	runner *lua.Runner
+	warned sync.Map // what warnOnce has logged
 }
 
 var _ Store = (*RedisStore)(nil)
 
 // NewRedisStore returns a store on client. It checks the options and fails with
-// ErrInvalidConfig when one is out of range; it does not contact Redis (scripts are
-// loaded on first use and reloaded whenever the server has lost them).
+// ErrInvalidConfig when one is out of range. It then reads each node's
+// configuration, in one round trip bounded by a second: a node whose
+// maxmemory-policy may evict records is logged at Warn, or refused under
+// WithEvictionCheck(EvictionRefuse); a node that keeps nothing on disk is logged;
+// a node that does not answer is logged, not refused (workers may start before
+// Redis; claims fail closed until it answers; call Check to wait for it). Scripts
+// are loaded on first use and reloaded whenever the server has lost them.
 func NewRedisStore(client redis.UniversalClient, opts ...Option) (*RedisStore, error) {
 	if client == nil {
 		return nil, configError("nil Redis client: pass a *redis.Client, *redis.ClusterClient or redis.NewUniversalClient(...)")
@@ -29,7 +37,11 @@ func NewRedisStore(client redis.UniversalClient, opts ...Option) (*RedisStore, e
 	if err != nil {
 		return nil, err
 	}
-	return &RedisStore{s: s, runner: lua.NewRunner(client)}, nil
+	r := &RedisStore{s: s, client: client, runner: lua.NewRunner(client)}
+	if err := r.startupCheck(); err != nil {
+		return nil, err
+	}
+	return r, nil
 }
 
 // Settings returns the store's resolved options (zero Settings on a nil store,

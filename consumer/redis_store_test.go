@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -337,5 +339,154 @@ func TestBatchRoundTrips(t *testing.T) {
 	}
 	if n := calls.Load(); n != 2 {
 		t.Fatalf("a batch of 100 sent %d Redis commands, want 2 (one claim, one completion)", n)
+	}
+}
+
+// On a Ring, SCRIPT LOAD goes to one shard only; the store loads its scripts on
+// every shard, up front and when a shard answers NOSCRIPT inside a pipeline.
+func TestRingLoadsScriptsOnEveryShard(t *testing.T) {
+	addrs := map[string]string{}
+	for i := 0; i < 4; i++ {
+		addrs[fmt.Sprint("shard-", i)] = testenv.RedisServer(t).Addr
+	}
+	ctx := context.Background()
+	for _, load := range []bool{true, false} {
+		for round := 0; round < 3; round++ {
+			ring := redis.NewRing(&redis.RingOptions{Addrs: addrs})
+			if err := ring.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error {
+				return c.ScriptFlush(ctx).Err()
+			}); err != nil {
+				t.Fatal(err)
+			}
+			s := newRedisStore(t, ring)
+			if load {
+				if err := s.Load(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			items := make([]consumer.BatchItem, 40)
+			for i := range items {
+				items[i] = consumer.BatchItem{Key: consumer.Key(fmt.Sprint("k", i))}
+			}
+			var runs atomic.Int32
+			res := consumer.ExecuteBatch(ctx, s, items, func(context.Context, int, consumer.BatchItem) (int, error) {
+				runs.Add(1)
+				return 1, nil
+			})
+			for i, r := range res {
+				if r.Outcome != consumer.Success {
+					t.Fatalf("load=%v round %d item %d: %v %v", load, round, i, r.Outcome, r.Err)
+				}
+			}
+			if runs.Load() != int32(len(items)) {
+				t.Fatalf("runs %d", runs.Load())
+			}
+			_ = ring.Close()
+		}
+	}
+}
+
+// captured is a slog handler that keeps the messages logged at Warn and above.
+type captured struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (c *captured) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (c *captured) Handle(_ context.Context, r slog.Record) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.msgs = append(c.msgs, r.Message)
+	return nil
+}
+func (c *captured) WithAttrs([]slog.Attr) slog.Handler { return c }
+func (c *captured) WithGroup(string) slog.Handler      { return c }
+
+func (c *captured) count(part string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, m := range c.msgs {
+		if strings.Contains(m, part) {
+			n++
+		}
+	}
+	return n
+}
+
+// A Redis that evicts records (maxmemory with an evicting policy) is warned
+// about at construction, or refused when asked; one that keeps nothing on disk
+// is warned about; Check says the same without repeating the warnings.
+func TestEvictionAndPersistenceChecks(t *testing.T) {
+	ctx := context.Background()
+	evicting := testenv.RedisServer(t, "--maxmemory", "10mb", "--maxmemory-policy", "allkeys-lru")
+	safe := testenv.RedisServer(t, "--appendonly", "yes", "--maxmemory-policy", "noeviction")
+	for _, tc := range []struct {
+		name           string
+		srv            *testenv.Server
+		check          consumer.EvictionCheck
+		refused        bool
+		evict, persist int
+	}{
+		{"evicting, warn", evicting, consumer.EvictionWarn, false, 1, 1},
+		{"evicting, refuse", evicting, consumer.EvictionRefuse, true, 0, 0},
+		{"evicting, ignore", evicting, consumer.EvictionIgnore, false, 0, 0},
+		{"noeviction with AOF", safe, consumer.EvictionRefuse, false, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			logs := &captured{}
+			s, err := consumer.NewRedisStore(tc.srv.Client(t), consumer.WithPrefix(testenv.Prefix(t)),
+				consumer.WithEvictionCheck(tc.check), consumer.WithLogger(slog.New(logs)))
+			if tc.refused {
+				if !errors.Is(err, consumer.ErrInvalidConfig) || !strings.Contains(err.Error(), "noeviction") ||
+					!strings.Contains(err.Error(), tc.srv.Addr) {
+					t.Fatalf("NewRedisStore: %v, want a refusal naming the node and noeviction", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Check(ctx); err != nil {
+				t.Fatalf("Check: %v", err)
+			}
+			if got := logs.count("evict"); got != tc.evict {
+				t.Fatalf("%d eviction warnings, want %d: %q", got, tc.evict, logs.msgs)
+			}
+			if got := logs.count("keeps nothing on disk"); got != tc.persist {
+				t.Fatalf("%d persistence warnings, want %d: %q", got, tc.persist, logs.msgs)
+			}
+		})
+	}
+}
+
+// Check tells a start-up probe, promptly, which address does not answer and
+// what to check, whether the server refuses connections or never answers.
+func TestCheckNamesTheAddress(t *testing.T) {
+	ctx := context.Background()
+	px := testenv.NewFaultProxy(t, testenv.RedisAddr(t))
+	px.Blackhole()
+	refused := testenv.RedisServer(t)
+	refused.Stop()
+	for _, addr := range []string{refused.Addr, px.Addr()} {
+		c := redis.NewClient(&redis.Options{Addr: addr})
+		s, err := consumer.NewRedisStore(c, consumer.WithCallTimeout(500*time.Millisecond))
+		if err != nil {
+			t.Fatalf("an unreachable Redis must not fail construction: %v", err)
+		}
+		began := time.Now()
+		err = s.Check(ctx)
+		took := time.Since(began)
+		_ = c.Close()
+		if !errors.Is(err, consumer.ErrStoreUnavailable) || !strings.Contains(err.Error(), addr) ||
+			!strings.Contains(err.Error(), "check the address") {
+			t.Fatalf("Check against %s: %v", addr, err)
+		}
+		if took > 2*time.Second {
+			t.Fatalf("Check took %v with a 500ms call timeout", took)
+		}
+	}
+	if err := newRedisStore(t, testenv.Redis(t)).Check(ctx); err != nil {
+		t.Fatalf("Check of a healthy Redis: %v", err)
 	}
 }
