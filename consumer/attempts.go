@@ -116,12 +116,17 @@ func (a *attempts[T]) one(ctx context.Context, k int) {
 // item's error, so that one item cannot take the process down.
 func (a *attempts[T]) recoverItem(k int) {
 	if p := recover(); p != nil {
-		i := a.idx[k]
-		perr := &PanicError{Value: p, Stack: debug.Stack()}
-		a.s.Logger.Error("consumer: panic while settling an item", "key", string(a.items[i].Key),
-			"panic", fmt.Sprint(p), "stack", string(perr.Stack))
-		a.out[i].Outcome, a.out[i].Err = Error, perr
+		a.recovered(k, p)
 	}
+}
+
+// recovered records panic p as attempt k's error.
+func (a *attempts[T]) recovered(k int, p any) {
+	i := a.idx[k]
+	perr := &PanicError{Value: p, Stack: debug.Stack()}
+	a.s.Logger.Error("consumer: panic outside the handler", "key", string(a.items[i].Key),
+		"panic", fmt.Sprint(p), "stack", string(perr.Stack))
+	a.out[i].Outcome, a.out[i].Err = Error, perr
 }
 
 // settle records the attempts ks: completions and failures through the store,
@@ -131,6 +136,13 @@ func (a *attempts[T]) settle(ctx context.Context, ks []int) {
 	if len(ks) == 0 {
 		return
 	}
+	defer func() {
+		if p := recover(); p != nil {
+			for _, k := range ks {
+				a.recovered(k, p)
+			}
+		}
+	}()
 	var sts []Settlement
 	var settled, released []int
 	var release []Owned

@@ -104,8 +104,11 @@ func testExpiredLeaseCompletes(t *testing.T, f Factory) {
 	}
 }
 
+// testHeartbeat: a handler that outlives its lease many times over keeps its
+// claim. It waits for renewals the store shows rather than for wall time, so a
+// slow machine makes it longer, never wrong.
 func testHeartbeat(t *testing.T, f Factory) {
-	lease := 150 * time.Millisecond
+	lease := 900 * time.Millisecond
 	s := must(t, f, consumer.WithLease(lease))
 	ctx := context.Background()
 	k := key("long")
@@ -122,8 +125,23 @@ func testHeartbeat(t *testing.T, f Factory) {
 		})
 	}()
 	<-started
-	for i := 0; i < 4; i++ { // four leases pass while the handler runs
-		time.Sleep(lease)
+	first, err := s.Peek(ctx, k)
+	if err != nil || first.State != "started" {
+		t.Fatalf("record = %+v, %v", first, err)
+	}
+	// Wait until the handler has outlived three whole leases of its first claim.
+	deadline := time.Now().Add(20 * lease)
+	for {
+		rec, err := s.Peek(ctx, k)
+		if err != nil || rec.State != "started" || rec.Owner != first.Owner {
+			t.Fatalf("record while the handler runs = %+v, %v", rec, err)
+		}
+		if rec.Now.Sub(first.LeaseUntil) > 2*lease {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the lease was not renewed: %+v", rec)
+		}
 		r := consumer.ExecuteIdempotently(ctx, s, k, nil, func(ctx context.Context) (int, error) {
 			runs.Add(1)
 			return 0, nil
@@ -132,6 +150,7 @@ func testHeartbeat(t *testing.T, f Factory) {
 		if r.LeaseLeft <= 0 || r.Action() != consumer.Wait {
 			t.Fatalf("in progress: lease left %v, action %v", r.LeaseLeft, r.Action())
 		}
+		time.Sleep(lease / 4)
 	}
 	close(release)
 	r := <-done
@@ -277,5 +296,101 @@ func testAbandon(t *testing.T, f Factory) {
 		if r.Attempt != 1 || r.Fence != 4 || runs.Load() != 4 {
 			t.Fatalf("after three abandons: attempt %d fence %d runs %d, want 1, 4, 4", r.Attempt, r.Fence, runs.Load())
 		}
+	}
+}
+
+// testResend: every transition sent again with the same arguments, as a client
+// does after a lost reply, answers as the first call did and changes nothing.
+func testResend(t *testing.T, f Factory) {
+	s := must(t, f, consumer.WithMaxAttempts(3))
+	ctx := context.Background()
+	claim := func(k consumer.Key, owner string) consumer.ClaimReply {
+		t.Helper()
+		a := s.Begin(ctx, []consumer.Claim{{Key: k, Owner: owner, Fingerprint: "fp"}})[0]
+		b := s.Begin(ctx, []consumer.Claim{{Key: k, Owner: owner, Fingerprint: "fp"}})[0]
+		if !a.Claimed() || b.Status != consumer.StatusAcquired || b.Fence != a.Fence || b.Attempts != a.Attempts ||
+			b.Lease <= 0 || b.Lease > s.Settings().Lease {
+			t.Fatalf("claim %+v, sent again %+v: want the same claim with its lease left", a, b)
+		}
+		return a
+	}
+	for _, tc := range []struct {
+		name     string
+		st       consumer.Settlement
+		terminal bool
+		state    string
+	}{
+		{"complete", consumer.Settlement{Complete: true, Result: []byte(`"ok"`)}, false, "completed"},
+		{"fail", consumer.Settlement{Message: "boom"}, false, "retry"},
+		{"fail permanently", consumer.Settlement{Permanent: true, Message: "declined"}, true, "failed"},
+	} {
+		k := key("resend", tc.name)
+		c := claim(k, "owner-1")
+		tc.st.Key, tc.st.Owner = k, "owner-1"
+		for i := 0; i < 2; i++ {
+			rep := s.Settle(ctx, []consumer.Settlement{tc.st})[0]
+			if rep.Err != nil || rep.Terminal != tc.terminal {
+				t.Fatalf("%s, call %d: %+v", tc.name, i+1, rep)
+			}
+		}
+		rec, _ := s.Peek(ctx, k)
+		if rec.State != tc.state || rec.Attempts != c.Attempts || rec.Fence != c.Fence {
+			t.Fatalf("%s: record %+v", tc.name, rec)
+		}
+		// Another owner's late call is still refused.
+		other := tc.st
+		other.Owner = "owner-2"
+		if err := s.Settle(ctx, []consumer.Settlement{other})[0].Err; !errors.Is(err, consumer.ErrLeaseLost) {
+			t.Fatalf("%s by another owner: %v", tc.name, err)
+		}
+	}
+	k := key("resend", "release")
+	c := claim(k, "owner-1")
+	for i := 0; i < 2; i++ {
+		if err := s.Release(ctx, []consumer.Owned{{Key: k, Owner: "owner-1"}})[0]; err != nil {
+			t.Fatalf("release, call %d: %v", i+1, err)
+		}
+	}
+	rec, _ := s.Peek(ctx, k)
+	if rec.State != "retry" || rec.Attempts != c.Attempts-1 {
+		t.Fatalf("after a release sent twice: %+v, want retry with attempts %d", rec, c.Attempts-1)
+	}
+}
+
+// testLockedClaims: a claim made by a caller holding the key's lock is recorded
+// as such; a later lock holder takes over a live claim made under the lock (its
+// holder lost the lock) but never a live claim made without it.
+func testLockedClaims(t *testing.T, f Factory) {
+	s := must(t, f, consumer.WithLease(time.Minute))
+	ctx := context.Background()
+	under, plain := key("locked", "under"), key("locked", "plain")
+	a := s.Begin(ctx, []consumer.Claim{{Key: under, Owner: "a", Locked: true}, {Key: plain, Owner: "p"}})
+	if !a[0].Claimed() || !a[1].Claimed() {
+		t.Fatalf("claims = %+v", a)
+	}
+	if rec, _ := s.Peek(ctx, under); !rec.Locked {
+		t.Fatalf("a claim made under the lock reads %+v", rec)
+	}
+	if rec, _ := s.Peek(ctx, plain); rec.Locked {
+		t.Fatalf("a claim made without the lock reads %+v", rec)
+	}
+	// Without the lock, neither live claim is taken over.
+	for _, k := range []consumer.Key{under, plain} {
+		if rep := s.Begin(ctx, []consumer.Claim{{Key: k, Owner: "b"}})[0]; rep.Status != consumer.StatusInProgress {
+			t.Fatalf("claim without the lock over a live claim = %v", rep.Status)
+		}
+	}
+	b := s.Begin(ctx, []consumer.Claim{{Key: under, Owner: "b", Locked: true}, {Key: plain, Owner: "b", Locked: true}})
+	if b[0].Status != consumer.StatusTakenOver || b[0].Fence != a[0].Fence+1 || b[0].Attempts != 2 {
+		t.Fatalf("lock holder over a claim made under the lock = %+v, want TAKEN_OVER fence %d attempt 2", b[0], a[0].Fence+1)
+	}
+	if b[1].Status != consumer.StatusInProgress || b[1].Lease <= 0 {
+		t.Fatalf("lock holder over a live claim made without the lock = %+v, want IN_PROGRESS", b[1])
+	}
+	if rec, _ := s.Peek(ctx, plain); rec.Owner != "p" || rec.Fence != 1 || rec.Attempts != 1 {
+		t.Fatalf("the claim made without the lock changed: %+v", rec)
+	}
+	if err := s.Settle(ctx, []consumer.Settlement{{Key: under, Owner: "a", Complete: true}})[0].Err; !errors.Is(err, consumer.ErrLeaseLost) {
+		t.Fatalf("the old holder's completion: %v, want lease lost", err)
 	}
 }

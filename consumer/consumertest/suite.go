@@ -46,6 +46,8 @@ func Run(t *testing.T, newStore Factory) {
 		{"SilentTakeoverGivesLeaseLost", testSilentTakeover},
 		{"ReleaseDoesNotCountAttempt", testRelease},
 		{"AbandonReleasesWithoutCounting", testAbandon},
+		{"CallsSentAgainAnswerAsBefore", testResend},
+		{"LockForcesOnlyClaimsMadeUnderIt", testLockedClaims},
 		{"ResultTooLarge", testResultTooLarge},
 		{"UndecodableStoredResult", testUndecodable},
 		{"WaitInProgress", testWaitInProgress},
