@@ -121,7 +121,7 @@ func defaults() config {
 		retryAfter:    DefaultRetryAfter,
 	}
 	for _, h := range defaultReplayHeaders {
-		c.replayHeaders[h] = true
+		c.replayHeaders[textproto.CanonicalMIMEHeaderKey(h)] = true
 	}
 	return c
 }

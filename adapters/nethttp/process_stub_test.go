@@ -1,0 +1,3 @@
+package nethttp_test
+
+func helperMain() bool { return false }
