@@ -154,7 +154,12 @@ func (m *Middleware) respond(w http.ResponseWriter, r *http.Request, key consume
 	var pe *consumer.PanicError
 	switch {
 	case errors.As(res.Err, &pe):
-		panic(pe.Value) // recorded as a failed attempt; net/http (or a recoverer) takes it from here
+		// Recorded as a failed attempt; net/http (or a recoverer) takes it from here,
+		// but its stack would be this line's: log the handler's own.
+		if pe.Value != http.ErrAbortHandler {
+			m.log.Error("nethttp: handler panicked", "key", string(key), "panic", pe.Value, "stack", string(pe.Stack))
+		}
+		panic(pe.Value)
 	case res.Outcome == consumer.Success:
 		rec.sendTo(w)
 	case res.Outcome == consumer.Duplicate && res.Err == nil:
