@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"io/fs"
 	"net/http"
@@ -173,15 +172,57 @@ func (m *Middleware) replay(w http.ResponseWriter, r *http.Request, key consumer
 	}
 	h.Set("Content-Length", strconv.FormatInt(resp.Blob.Size, 10))
 	w.WriteHeader(resp.Status)
-	sum := sha256.New()
-	n, err := io.Copy(w, io.TeeReader(io.LimitReader(blob, resp.Blob.Size), sum))
-	if err == nil && (n != resp.Blob.Size || !sameSum(sum, resp.Blob.SHA256)) {
-		// The bytes sent are not the stored ones: cut the response short rather than
-		// let the client take it for the original.
-		m.log.Error("nethttp: stored blob does not match its record: response aborted", "key", string(key),
-			"blob", resp.Blob.Name, "size", n, "want", resp.Blob.Size)
+	err := copyVerified(w, blob, resp.Blob)
+	var werr writeError
+	if errors.As(err, &werr) {
+		return // the client went away
+	}
+	if err != nil {
+		// The bytes are not the stored ones (or could not be read): cut the response
+		// short, before its last bytes, rather than let the client take it for the
+		// original.
+		m.log.Error("nethttp: stored blob unreadable or not matching its record: response aborted", "key", string(key),
+			"blob", resp.Blob.Name, "err", err)
 		panic(http.ErrAbortHandler)
 	}
 }
 
-func sameSum(h hash.Hash, want string) bool { return hex.EncodeToString(h.Sum(nil)) == want }
+// copyVerified copies the blob to w, holding its last chunk back until its size and
+// SHA-256 are proven to be the recorded ones.
+func copyVerified(w io.Writer, blob io.Reader, ref *BlobRef) error {
+	sum := sha256.New()
+	src := io.LimitReader(blob, ref.Size+1)
+	buf, held := make([]byte, 64<<10), make([]byte, 0, 64<<10)
+	var total int64
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			sum.Write(buf[:n])
+			total += int64(n)
+			if len(held) > 0 {
+				if _, err := w.Write(held); err != nil {
+					return writeError{err}
+				}
+			}
+			held = append(held[:0], buf[:n]...)
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if total != ref.Size || hex.EncodeToString(sum.Sum(nil)) != ref.SHA256 {
+		return fmt.Errorf("blob has %d bytes with another checksum than the %d recorded", total, ref.Size)
+	}
+	if _, err := w.Write(held); err != nil {
+		return writeError{err}
+	}
+	return nil
+}
+
+// writeError is a failure to write to the client, as opposed to reading the blob.
+type writeError struct{ err error }
+
+func (e writeError) Error() string { return "nethttp: writing the replay: " + e.err.Error() }
