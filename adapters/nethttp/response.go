@@ -41,7 +41,7 @@ type BlobRef struct {
 // errClientGone, errPassedThrough and notStoredError are reasons a handler's
 // response is given back (consumer.Abandon) instead of stored.
 var (
-	errClientGone    = errors.New("nethttp: the client disconnected before a 2xx response")
+	errClientGone    = errors.New("nethttp: the client disconnected and the handler wrote no 2xx response")
 	errPassedThrough = errors.New("nethttp: the response was streamed or hijacked unguarded")
 )
 
@@ -62,7 +62,7 @@ func (m *Middleware) capture(ctx context.Context, r *http.Request, key consumer.
 		return StoredResponse{}, consumer.Abandon(errPassedThrough)
 	}
 	status := rec.finalStatus()
-	if !m.cfg.detach && r.Context().Err() != nil && (status < 200 || status > 299) {
+	if !m.cfg.detach && r.Context().Err() != nil && (rec.status == 0 || status > 299) {
 		return StoredResponse{}, consumer.Abandon(errClientGone)
 	}
 	if !m.cfg.policy(status) {
