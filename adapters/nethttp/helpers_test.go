@@ -220,3 +220,13 @@ func (s *server) goDo(t *testing.T, q req) <-chan reply {
 	}()
 	return out
 }
+
+// goDoErr sends q from a goroutine and reports only its error.
+func (s *server) goDoErr(q req) <-chan error {
+	out := make(chan error, 1)
+	go func() {
+		_, err := s.send(context.Background(), q)
+		out <- err
+	}()
+	return out
+}

@@ -1,3 +1,0 @@
-package nethttp_test
-
-func helperMain() bool { return false }
