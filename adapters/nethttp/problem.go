@@ -1,6 +1,7 @@
 package nethttp
 
 import (
+	"bytes"
 	"encoding/json"
 	"math"
 	"net/http"
@@ -53,7 +54,11 @@ func (m *Middleware) writeProblem(w http.ResponseWriter, status int, code, detai
 		p.Type, p.Title = m.cfg.problemBase+"#"+code, problemTitles[code]
 		h.Set("Link", "<"+m.cfg.problemBase+`>; rel="describedby"`)
 	}
-	body, _ := json.Marshal(p) // strings and ints only: cannot fail
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(p) // strings and ints only: cannot fail
+	body := buf.Bytes()
 	h.Set("Content-Type", "application/problem+json")
 	h.Set("Content-Language", "en")
 	h.Set("Content-Length", strconv.Itoa(len(body)))
