@@ -7,7 +7,7 @@ STATICCHECK := bin/staticcheck
 STATICCHECK_VERSION := v0.8.2
 PKGS        := ./...
 
-.PHONY: demo test test-short bench bench-kafka bench-amqp lint ci up down clean
+.PHONY: demo test test-short bench bench-kafka bench-amqp bench-http lint ci up down clean
 
 ## demo: run the quickstart with zero set-up (in-process Redis unless IDEMKIT_REDIS_ADDR is set)
 demo:
@@ -32,6 +32,10 @@ bench-kafka:
 ## bench-amqp: raw amqp091-go manual-ack consumer vs the RabbitMQ worker, one table
 bench-amqp:
 	$(GO) run ./internal/bench/amqp
+
+## bench-http: the handler without and with the Idempotency-Key middleware (first request, replay), 3 repetitions
+bench-http:
+	$(GO) run ./internal/bench/http
 
 $(STATICCHECK):
 	GOBIN=$(CURDIR)/bin $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
