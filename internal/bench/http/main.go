@@ -58,14 +58,16 @@ func (l *lane) pct(p float64) time.Duration {
 	return s[min(len(s)-1, int(p*float64(len(s))))]
 }
 
-func (l *lane) perReq(d time.Duration) float64 { return float64(d.Microseconds()) / float64(len(l.lat)) }
+func (l *lane) perReq(d time.Duration) float64 {
+	return float64(d.Microseconds()) / float64(len(l.lat))
+}
 
 func main() {
 	n := flag.Int("n", 5000, "requests per lane and repetition")
-	slices := flag.Int("slices", 10, "interleaved slices per repetition")
+	nslices := flag.Int("slices", 10, "interleaved slices per repetition")
 	reps := flag.Int("reps", 3, "repetitions")
 	flag.Parse()
-	if err := run(*n, *slices, *reps); err != nil {
+	if err := run(*n, *nslices, *reps); err != nil {
 		fmt.Fprintln(os.Stderr, "bench-http:", err)
 		os.Exit(1)
 	}
