@@ -111,6 +111,10 @@
 //     over once its lease runs out (409 until then), with the next fence. A
 //     handler whose side effect is not fenced or transactional runs again if the
 //     process died after the side effect and before its response was recorded.
+//   - A store that cannot be reached is not waited on beyond the Redis client's own
+//     timeouts (go-redis: ReadTimeout and MaxRetries): the request gets 503. A claim
+//     held up by a partition can still land after its caller gave up; the key
+//     then answers 409 until that claim's lease runs out, and runs once after.
 //   - The request body is read whole (up to WithMaxBodySize) before the claim, to
 //     fingerprint it; the handler reads the same bytes.
 //   - Informational (1xx) responses written by the handler are dropped.
