@@ -42,7 +42,19 @@ var (
 	// ErrAbandoned: the handler gave its claim back with Abandon; nothing was recorded
 	// and the attempt was not counted. Retryable.
 	ErrAbandoned = errors.New("consumer: abandoned")
+	// ErrAlreadyApplied: returned by a handler that found its effect already
+	// applied, with the result stored then (see AlreadyApplied).
+	ErrAlreadyApplied = errors.New("consumer: already applied")
 )
+
+// AlreadyApplied is what a handler returns, with the result it finds stored, when
+// its effect was already applied by an earlier attempt whose completion never
+// reached the store: a transactional completion committed in the same database
+// transaction as the effect, just before the worker crashed. The value the handler
+// returns is stored as the key's result and the outcome is DUPLICATE, as if the
+// earlier attempt had completed. Helpers that keep completions beside the effect
+// (package store/postgres) return it; handlers rarely need it directly.
+func AlreadyApplied() error { return ErrAlreadyApplied }
 
 // AbandonedError is a handler error that gives the claim back: see Abandon.
 type AbandonedError struct{ Err error }

@@ -102,7 +102,7 @@ func resolve[T any](s Settings, key Key, rep ClaimReply) Result[T] {
 // was not kept.
 func settlement(s Settings, key Key, owner string, v any, herr error) (st Settlement, dropped bool) {
 	st = Settlement{Key: key, Owner: owner}
-	if herr != nil {
+	if herr != nil && !errors.Is(herr, ErrAlreadyApplied) {
 		st.Permanent = errors.Is(herr, ErrPermanent)
 		st.Message = herr.Error()
 		return st, false
@@ -158,6 +158,8 @@ func finishResult[T any](r *Result[T], v T, herr error, rep SettleReply) {
 		} else {
 			r.Err = rep.Err
 		}
+	case errors.Is(herr, ErrAlreadyApplied):
+		r.Outcome, r.Value = Duplicate, v
 	case herr != nil:
 		r.Outcome = Error
 		r.Err = herr

@@ -305,3 +305,27 @@ func testPanic(t *testing.T, f Factory) {
 		t.Fatalf("runs = %d", runs.Load())
 	}
 }
+
+// testAlreadyApplied: a handler that finds its effect applied by an attempt
+// whose completion was lost returns the stored result with AlreadyApplied: the
+// result is stored and the outcome is DUPLICATE, now and for later deliveries.
+func testAlreadyApplied(t *testing.T, f Factory) {
+	s := must(t, f)
+	ctx := context.Background()
+	k := key("already-applied")
+	r := consumer.ExecuteIdempotently(ctx, s, k, nil, func(ctx context.Context) (string, error) {
+		return "receipt-7", consumer.AlreadyApplied()
+	})
+	expect(t, r, consumer.Duplicate, nil)
+	if r.Value != "receipt-7" {
+		t.Fatalf("value = %q", r.Value)
+	}
+	dup := consumer.ExecuteIdempotently(ctx, s, k, nil, func(ctx context.Context) (string, error) {
+		t.Fatal("ran again")
+		return "", nil
+	})
+	expect(t, dup, consumer.Duplicate, nil)
+	if dup.Value != "receipt-7" {
+		t.Fatalf("stored value = %q", dup.Value)
+	}
+}

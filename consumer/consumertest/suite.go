@@ -52,6 +52,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"UndecodableStoredResult", testUndecodable},
 		{"WaitInProgress", testWaitInProgress},
 		{"PanicIsRetryable", testPanic},
+		{"AlreadyAppliedIsADuplicate", testAlreadyApplied},
 		{"BadInput", testBadInput},
 		{"InvalidOptions", testInvalidOptions},
 		{"BatchInOrderExactlyOnce", testBatch},
