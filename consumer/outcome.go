@@ -8,7 +8,7 @@ import (
 // Outcome is what an execution came to.
 type Outcome int
 
-// Outcomes (DESIGN section 4).
+// Outcomes.
 const (
 	// Success: the handler ran now and its result is stored.
 	Success Outcome = iota + 1
@@ -112,7 +112,7 @@ func (a Action) String() string {
 	return "unknown"
 }
 
-// ActionFor maps an outcome and its error to the adapter's action (DESIGN section 4).
+// ActionFor maps an outcome and its error to the adapter's action.
 //
 // A Duplicate that carries the stored terminal failure of its key (permanent, or
 // attempts exhausted) is dead-lettered again rather than settled: the delivery may

@@ -47,7 +47,7 @@ type Claim struct {
 // ClaimStatus is what Begin found at a key.
 type ClaimStatus int
 
-// Claim statuses (DESIGN section 3).
+// Claim statuses: what a claim found at the key.
 const (
 	StatusAcquired   ClaimStatus = iota + 1 // claimed: no record, a retry record, or the caller's own claim
 	StatusTakenOver                         // claimed: the previous owner's lease had expired
