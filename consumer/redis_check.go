@@ -72,7 +72,7 @@ func (r *RedisStore) Check(ctx context.Context) error {
 	reports := inspect(ctx, r.client)
 	for _, n := range reports {
 		if n.err != nil {
-			return &StoreError{Op: "check", Err: fmt.Errorf("Redis at %s does not answer: %w; check the address in "+
+			return &StoreError{Op: "check", Err: fmt.Errorf("the Redis node at %s does not answer: %w; check the address in "+
 				"the client's options, that the server runs, and that this host may reach it", n.addr, n.err)}
 		}
 	}

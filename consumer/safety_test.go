@@ -321,3 +321,26 @@ func TestNilStores(t *testing.T) {
 		t.Fatalf("Check on a nil store: %v", err)
 	}
 }
+
+// A panic while encoding the result of one ExecuteIdempotently call does not
+// escape to the caller: the key is recorded as done with its result dropped, so
+// no heartbeat is left renewing a claim nobody will settle.
+func TestEncodingPanicOfOneCallIsContained(t *testing.T) {
+	s := newRedisStore(t, testenv.Redis(t), consumer.WithLease(300*time.Millisecond))
+	ctx := context.Background()
+	var r consumer.Result[panicky]
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				t.Errorf("the encoding panic reached the caller: %v", p)
+			}
+		}()
+		r = consumer.ExecuteIdempotently(ctx, s, "report", nil, func(context.Context) (panicky, error) { return panicky{}, nil })
+	}()
+	if r.Outcome != consumer.Success || !r.ResultDropped {
+		t.Errorf("%v %v dropped=%v, want a success whose result was not kept", r.Outcome, r.Err, r.ResultDropped)
+	}
+	if rec, err := s.Peek(ctx, "report"); err != nil || rec.State != "completed" {
+		t.Fatalf("record %s (%v) after the call returned, want completed", rec.State, err)
+	}
+}
