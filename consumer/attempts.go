@@ -23,8 +23,8 @@ type attempts[T any] struct {
 	out    []Result[T]
 	stopAt int // with stopOnFail: no item after this index starts
 
-	idx     []int // item index of each attempt
-	owners  []string
+	idx     []int      // item index of each attempt
+	claims  []Settlement // each attempt's claim, as a settlement still to fill
 	beats   []*beat
 	hctxs   []context.Context
 	values  []T
@@ -39,14 +39,15 @@ func newAttempts[T any](store Store, s Settings, bc batchConfig, fn BatchHandler
 	return &attempts[T]{store: store, s: s, bc: bc, fn: fn, items: items, out: out, stopAt: stopAt}
 }
 
-// add registers item i's claim, whose call was sent at sent.
-func (a *attempts[T]) add(ctx context.Context, i int, owner string, rep ClaimReply, sent time.Time) {
+// add registers item i's claim c, answered by rep, whose call was sent at sent.
+func (a *attempts[T]) add(ctx context.Context, i int, c Claim, rep ClaimReply, sent time.Time) {
 	hctx, cancel := context.WithCancelCause(ctx)
 	it := a.items[i]
 	a.idx = append(a.idx, i)
-	a.owners = append(a.owners, owner)
+	a.claims = append(a.claims, Settlement{Key: it.Key, Owner: c.Owner, Ref: rep.Ref, Fence: rep.Fence,
+		Attempts: rep.Attempts, Created: rep.Created, Fingerprint: c.Fingerprint})
 	a.hctxs = append(a.hctxs, withInfo(hctx, Info{Key: it.Key, Scope: a.s.Scope, Attempt: rep.Attempts, Fence: rep.Fence}))
-	a.beats = append(a.beats, newBeat(Owned{Key: it.Key, Owner: owner, Fence: rep.Fence}, cancel, sent,
+	a.beats = append(a.beats, newBeat(Owned{Key: it.Key, Owner: c.Owner, Ref: rep.Ref, Fence: rep.Fence}, cancel, sent,
 		rep.Lease, LeaseMargin(a.s.Lease)))
 	a.out[i] = Result[T]{Key: it.Key, Attempt: rep.Attempts, Fence: rep.Fence}
 }
@@ -175,7 +176,9 @@ func (a *attempts[T]) settle(ctx context.Context, ks []int) {
 			released, release = append(released, k), append(release, a.beats[k].owned)
 			r.Outcome, r.Err = Error, a.hb.lostErr(a.beats[k])
 		default:
-			st, dropped := settlement(a.s, a.items[i].Key, a.owners[k], a.values[k], herr)
+			claim := a.claims[k]
+			claim.Late = !a.hb.live(a.beats[k])
+			st, dropped := settlement(a.s, claim, a.values[k], herr)
 			r.ResultDropped = dropped
 			sts, settled = append(sts, st), append(settled, k)
 		}

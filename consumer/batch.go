@@ -110,7 +110,7 @@ func execute[T any](ctx context.Context, store Store, items []BatchItem, fn Batc
 		return executeLocked(ctx, store, s, items, fn, bc)
 	}
 	out := make([]Result[T], len(items))
-	fps := make([]string, len(items))
+	fps := make([]Fingerprint, len(items))
 	leader := make([]int, len(items)) // first item with the same key; -1 when invalid
 	pending := make([]int, 0, len(items))
 	var seen map[Key]int
@@ -128,7 +128,7 @@ func execute[T any](ctx context.Context, store Store, items []BatchItem, fn Batc
 			continue
 		}
 		if s.Fingerprint {
-			fps[i] = fingerprint(it.Payload)
+			fps[i] = FingerprintOf(it.Payload)
 		}
 		if first, ok := seen[it.Key]; ok {
 			leader[i] = first
@@ -180,7 +180,7 @@ func execute[T any](ctx context.Context, store Store, items []BatchItem, fn Batc
 
 // runPass claims pending items, runs the claimed ones and records every result.
 // It returns the items found in progress.
-func runPass[T any](ctx context.Context, store Store, s Settings, items []BatchItem, fps []string,
+func runPass[T any](ctx context.Context, store Store, s Settings, items []BatchItem, fps []Fingerprint,
 	pending []int, fn BatchHandler[T], bc batchConfig, out []Result[T], stopAt *int) (waiting []int) {
 	claims := make([]Claim, len(pending))
 	for j, i := range pending {
@@ -214,7 +214,7 @@ func runPass[T any](ctx context.Context, store Store, s Settings, items []BatchI
 	if len(run) > 0 {
 		a := newAttempts(store, s, bc, fn, items, out, *stopAt)
 		for _, j := range run {
-			a.add(ctx, pending[j], claims[j].Owner, reps[j], sent)
+			a.add(ctx, pending[j], claims[j], reps[j], sent)
 		}
 		a.run(ctx)
 	}

@@ -3,13 +3,14 @@ package consumer
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"runtime/debug"
 	"strconv"
 	"sync/atomic"
+
+	"github.com/idemkit/idemkit/lua"
 )
 
 // ExecuteIdempotently runs fn at most once per key in the store's scope, however
@@ -52,11 +53,6 @@ var (
 
 func newOwner() string { return ownerPrefix + strconv.FormatUint(ownerSeq.Add(1), 36) }
 
-func fingerprint(payload []byte) string {
-	sum := sha256.Sum256(payload)
-	return hex.EncodeToString(sum[:])
-}
-
 // resolve turns a reply that is not a claim into a result.
 func resolve[T any](s Settings, key Key, rep ClaimReply) Result[T] {
 	r := Result[T]{Key: key, Attempt: rep.Attempts, Fence: rep.Fence}
@@ -98,13 +94,13 @@ func resolve[T any](s Settings, key Key, rep ClaimReply) Result[T] {
 	return r
 }
 
-// settlement prepares the record of a finished handler; dropped says the result
-// was not kept.
-func settlement(s Settings, key Key, owner string, v any, herr error) (st Settlement, dropped bool) {
-	st = Settlement{Key: key, Owner: owner}
+// settlement prepares the record of a finished handler whose claim st already
+// names; dropped says the result was not kept.
+func settlement(s Settings, st Settlement, v any, herr error) (_ Settlement, dropped bool) {
+	key := st.Key
 	if herr != nil && !errors.Is(herr, ErrAlreadyApplied) {
 		st.Permanent = errors.Is(herr, ErrPermanent)
-		st.Message = herr.Error()
+		st.Message = lua.CapError(herr.Error())
 		return st, false
 	}
 	st.Complete = true

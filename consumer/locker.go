@@ -97,7 +97,7 @@ func probe[T any](ctx context.Context, store Store, s Settings, it BatchItem) Re
 	rep := ClaimReply{Status: StatusInProgress, Fence: rec.Fence, Attempts: rec.Attempts}
 	switch {
 	case !rec.Found: // the holder has not claimed it yet
-	case s.Fingerprint && rec.Fingerprint != "" && rec.Fingerprint != fingerprint(it.Payload):
+	case s.Fingerprint && !rec.Fingerprint.IsZero() && rec.Fingerprint != FingerprintOf(it.Payload):
 		rep.Status = StatusConflict
 	case rec.State == "completed":
 		rep.Status, rep.Result, rep.Dropped = StatusCompleted, rec.Result, rec.Dropped

@@ -4,12 +4,15 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/idemkit/idemkit/lua"
 )
 
 // MemoryStore keeps records in this process's memory, with the same semantics as
-// RedisStore (it passes the same conformance suite). Use it in unit tests and
-// single-process tools; it guards nothing across processes. Its clock is the local
-// clock. It is safe for concurrent use.
+// RedisStore (it passes the same conformance suite, and a randomized differential
+// test compares the two answer by answer). Use it in unit tests and single-process
+// tools; it guards nothing across processes. Its clock is the local clock. It is
+// safe for concurrent use.
 type MemoryStore struct {
 	s Settings
 
@@ -20,14 +23,14 @@ type MemoryStore struct {
 
 type memRecord struct {
 	state     string
-	owner     string
+	owner     string // started only
 	fence     int64
 	attempts  int
-	fp        string
+	fp        Fingerprint
 	lease     int64 // deadline, ms; 0 when not running
 	result    []byte
 	dropped   string
-	errText   string
+	history   []AttemptError // newest first
 	permanent bool
 	locked    bool // the current claim was made under the key's lock
 	created   int64
@@ -80,6 +83,46 @@ func (m *MemoryStore) sweep(now int64) {
 	}
 }
 
+// pushError puts msg first in r's history, as the Redis record does.
+func (r *memRecord) pushError(now int64, msg string) {
+	h := make([]AttemptError, 0, lua.HistoryLen)
+	h = append(h, AttemptError{Time: time.UnixMilli(now).Truncate(time.Second), Message: lua.CapError(msg)})
+	for _, e := range r.history {
+		if len(h) == lua.HistoryLen {
+			break
+		}
+		if len(e.Message) > lua.HistoryText {
+			e.Message = e.Message[:lua.HistoryText]
+		}
+		h = append(h, e)
+	}
+	r.history = h
+}
+
+func (r *memRecord) lastError() string {
+	if len(r.history) == 0 {
+		return ""
+	}
+	return r.history[0].Message
+}
+
+// claim makes r the started record of c's new attempt.
+func (r *memRecord) claim(c Claim, now, lease, ret int64) {
+	r.state, r.owner, r.locked = "started", c.Owner, c.Locked
+	r.lease, r.updated, r.expires = now+lease, now, now+lease+ret
+	r.fence++
+	r.attempts++
+}
+
+// exhaust fails r for good: its attempts are used up.
+func (r *memRecord) exhaust(now, ret int64, msg string) {
+	if msg != "" {
+		r.pushError(now, msg)
+	}
+	r.state, r.owner, r.locked, r.permanent = "failed", "", false, false
+	r.lease, r.updated, r.expires = 0, now, now+ret
+}
+
 // Begin claims records.
 func (m *MemoryStore) Begin(ctx context.Context, claims []Claim) []ClaimReply {
 	if m == nil {
@@ -99,48 +142,45 @@ func (m *MemoryStore) Begin(ctx context.Context, claims []Claim) []ClaimReply {
 	m.sweep(now)
 	for i, c := range claims {
 		r := m.get(c.Key, now)
-		switch {
-		case r == nil:
-			m.records[c.Key] = &memRecord{state: "started", owner: c.Owner, fence: 1, attempts: 1, fp: c.Fingerprint,
-				lease: now + lease, locked: c.Locked, created: now, updated: now, expires: now + lease + ret}
-			out[i] = ClaimReply{Status: StatusAcquired, Fence: 1, Attempts: 1, Lease: m.s.Lease}
-		case c.Fingerprint != "" && r.fp != "" && r.fp != c.Fingerprint:
-			out[i] = ClaimReply{Status: StatusConflict, Fence: r.fence, Attempts: r.attempts}
-		case r.state == "completed":
-			out[i] = ClaimReply{Status: StatusCompleted, Fence: r.fence, Attempts: r.attempts,
-				Result: append([]byte(nil), r.result...), Dropped: r.dropped}
-		case r.state == "failed":
-			out[i] = ClaimReply{Status: StatusFailed, Fence: r.fence, Attempts: r.attempts,
-				Message: r.errText, Permanent: r.permanent}
-		case r.state == "retry" && r.attempts >= m.s.MaxAttempts:
-			r.state, r.permanent, r.updated, r.expires = "failed", false, now, now+ret
-			out[i] = ClaimReply{Status: StatusExhausted, Fence: r.fence, Attempts: r.attempts, Message: r.errText}
-		case r.state == "retry":
-			r.state, r.owner, r.lease, r.updated, r.expires = "started", c.Owner, now+lease, now, now+lease+ret
-			r.locked = c.Locked
-			r.fence++
-			r.attempts++
-			out[i] = ClaimReply{Status: StatusAcquired, Fence: r.fence, Attempts: r.attempts, Lease: m.s.Lease}
-		case r.owner == c.Owner: // started: the caller's own claim, asked again
-			out[i] = ClaimReply{Status: StatusAcquired, Fence: r.fence, Attempts: r.attempts,
-				Lease: time.Duration(max(r.lease-now, 0)) * time.Millisecond}
-		case r.lease > now && !(c.Locked && r.locked): // started, live
-			out[i] = ClaimReply{Status: StatusInProgress, Fence: r.fence, Attempts: r.attempts,
-				Lease: time.Duration(r.lease-now) * time.Millisecond}
-		case r.attempts >= m.s.MaxAttempts: // started, expired on the last attempt
-			r.state, r.permanent, r.updated, r.expires = "failed", false, now, now+ret
-			r.errText, r.lease = "lease expired during the last allowed attempt", 0
-			out[i] = ClaimReply{Status: StatusExhausted, Fence: r.fence, Attempts: r.attempts, Message: r.errText}
-		default: // started, expired (or its lock holder is gone): take over
-			r.owner, r.lease, r.updated, r.expires = c.Owner, now+lease, now, now+lease+ret
-			r.locked = c.Locked
-			r.fence++
-			r.attempts++
-			out[i] = ClaimReply{Status: StatusTakenOver, Fence: r.fence, Attempts: r.attempts, Lease: m.s.Lease}
+		if r == nil {
+			r = &memRecord{fp: c.Fingerprint, created: now}
+			m.records[c.Key] = r
+			r.claim(c, now, lease, ret)
+			out[i] = ClaimReply{Status: StatusAcquired, Fence: 1, Attempts: 1, Lease: m.s.Lease, Created: created(now)}
+			continue
 		}
+		rep := ClaimReply{Fence: r.fence, Attempts: r.attempts, Created: created(r.created)}
+		switch {
+		case !c.Fingerprint.IsZero() && !r.fp.IsZero() && r.fp != c.Fingerprint:
+			rep.Status = StatusConflict
+		case r.state == "completed":
+			rep.Status, rep.Result, rep.Dropped = StatusCompleted, append([]byte(nil), r.result...), r.dropped
+		case r.state == "failed":
+			rep.Status, rep.Message, rep.Permanent = StatusFailed, r.lastError(), r.permanent
+		case r.state == "retry" && r.attempts >= m.s.MaxAttempts:
+			r.exhaust(now, ret, "")
+			rep.Status, rep.Message = StatusExhausted, r.lastError()
+		case r.state == "retry":
+			r.claim(c, now, lease, ret)
+			rep.Status, rep.Fence, rep.Attempts, rep.Lease = StatusAcquired, r.fence, r.attempts, m.s.Lease
+		case r.owner == c.Owner: // started: the caller's own claim, asked again
+			rep.Status, rep.Lease = StatusAcquired, time.Duration(max(r.lease-now, 0))*time.Millisecond
+		case r.lease > now && !(c.Locked && r.locked): // started, live
+			rep.Status, rep.Lease = StatusInProgress, time.Duration(r.lease-now)*time.Millisecond
+		case r.attempts >= m.s.MaxAttempts: // started, expired on the last attempt
+			r.exhaust(now, ret, "lease expired during the last allowed attempt")
+			rep.Status, rep.Message = StatusExhausted, r.lastError()
+		default: // started, expired (or its lock holder is gone): take over
+			r.claim(c, now, lease, ret)
+			rep.Status, rep.Fence, rep.Attempts, rep.Lease = StatusTakenOver, r.fence, r.attempts, m.s.Lease
+		}
+		out[i] = rep
 	}
 	return out
 }
+
+// created is a record's creation time as records keep it: whole seconds.
+func created(ms int64) time.Time { return time.UnixMilli(ms).Truncate(time.Second) }
 
 // owns reports whether owner holds the running attempt at key.
 func (m *MemoryStore) owns(key Key, owner string, now int64) *memRecord {
@@ -170,7 +210,7 @@ func (m *MemoryStore) Settle(ctx context.Context, items []Settlement) []SettleRe
 	for i, it := range items {
 		r := m.owns(it.Key, it.Owner, now)
 		if r == nil {
-			if p := m.get(it.Key, now); p != nil && p.owner == it.Owner && p.state != "started" {
+			if p := m.get(it.Key, now); p != nil && p.fence == it.Fence {
 				// Sent again after a lost reply: answer as the first call did.
 				switch {
 				case it.Complete && p.state == "completed", !it.Complete && p.state == "retry":
@@ -180,21 +220,26 @@ func (m *MemoryStore) Settle(ctx context.Context, items []Settlement) []SettleRe
 					continue
 				}
 			}
-			out[i].Err = &LeaseLostError{Key: it.Key, Reason: "settle: the claim belongs to another owner or has ended"}
+			out[i].Err = &LeaseLostError{Key: it.Key, Fence: it.Fence, Reason: "settle: the claim belongs to another owner or has ended"}
 			continue
 		}
 		if r.lease <= now { // settled after the lease ran out: the retention starts now
 			r.expires = now + ret
 		}
-		r.lease, r.updated = 0, now
+		r.lease, r.updated, r.owner, r.locked = 0, now, "", false
 		switch {
 		case it.Complete:
-			r.state, r.result, r.dropped = "completed", append([]byte(nil), it.Result...), it.Dropped
+			r.state, r.result, r.dropped, r.history = "completed", append([]byte(nil), it.Result...), it.Dropped, nil
+			if it.Dropped != "" {
+				r.result = nil
+			}
 		case it.Permanent || r.attempts >= m.s.MaxAttempts:
-			r.state, r.errText, r.permanent = "failed", it.Message, it.Permanent
+			r.state, r.permanent = "failed", it.Permanent
+			r.pushError(now, it.Message)
 			out[i].Terminal = true
 		default:
-			r.state, r.errText = "retry", it.Message
+			r.state = "retry"
+			r.pushError(now, it.Message)
 		}
 	}
 	return out
@@ -211,7 +256,8 @@ func (m *MemoryStore) Extend(ctx context.Context, items []Owned) []error {
 // Release gives claims back without a result; the abandoned attempt is not counted.
 func (m *MemoryStore) Release(ctx context.Context, items []Owned) []error {
 	return m.owned(ctx, "release", items, func(r *memRecord, now int64) {
-		r.state, r.lease, r.updated, r.expires = "retry", 0, now, now+m.s.Retention.Milliseconds()
+		r.state, r.owner, r.locked = "retry", "", false
+		r.lease, r.updated, r.expires = 0, now, now+m.s.Retention.Milliseconds()
 		if r.attempts > 0 {
 			r.attempts--
 		}
@@ -235,7 +281,7 @@ func (m *MemoryStore) owned(ctx context.Context, op string, items []Owned, chang
 	for i, it := range items {
 		r := m.owns(it.Key, it.Owner, now)
 		if r == nil {
-			if p := m.get(it.Key, now); op == "release" && p != nil && p.owner == it.Owner && p.state == "retry" {
+			if p := m.get(it.Key, now); op == "release" && p != nil && p.state == "retry" && p.fence == it.Fence {
 				continue // sent again after a lost reply: already released
 			}
 			out[i] = &LeaseLostError{Key: it.Key, Fence: it.Fence, Reason: op + ": the claim belongs to another owner or has ended"}
@@ -266,12 +312,17 @@ func (m *MemoryStore) Peek(ctx context.Context, key Key) (Record, error) {
 		return rec, nil
 	}
 	rec.Found, rec.State, rec.Owner, rec.Fence, rec.Attempts = true, r.state, r.owner, r.fence, r.attempts
-	rec.Fingerprint, rec.Result, rec.Dropped = r.fp, append([]byte(nil), r.result...), r.dropped
-	rec.Error, rec.Permanent, rec.Locked = r.errText, r.state == "failed" && r.permanent, r.locked
-	rec.Created, rec.Updated = time.UnixMilli(r.created), time.UnixMilli(r.updated)
+	rec.Fingerprint, rec.Dropped = r.fp, r.dropped
+	if r.state == "completed" && r.dropped == "" {
+		rec.Result = append([]byte(nil), r.result...)
+	}
+	rec.Error, rec.History = r.lastError(), append([]AttemptError(nil), r.history...)
+	rec.Permanent, rec.Locked = r.state == "failed" && r.permanent, r.locked
+	rec.Created, rec.Updated = created(r.created), created(r.updated)
 	rec.TTL = time.Duration(r.expires-now) * time.Millisecond
-	if r.lease > 0 {
+	if r.state == "started" {
 		rec.LeaseUntil = time.UnixMilli(r.lease)
+		rec.Retention = m.s.Retention
 	}
 	return rec, nil
 }

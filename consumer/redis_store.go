@@ -73,30 +73,42 @@ func (r *RedisStore) RecordKey(key Key) string {
 	return r.s.Prefix + ":{" + r.s.Scope + ":" + string(key) + "}"
 }
 
-// Begin claims records, in one round trip.
+// Begin claims records, in one round trip: a fresh key with SET NX PX inside the
+// begin script, an existing one through the state machine.
 func (r *RedisStore) Begin(ctx context.Context, claims []Claim) []ClaimReply {
 	if r == nil {
 		return nilStore[ClaimReply](len(claims), func(err error) ClaimReply { return ClaimReply{Err: err} })
 	}
 	items := make([]lua.BeginItem, len(claims))
+	fps := make([][16]byte, len(claims))
+	out := make([]ClaimReply, len(claims))
 	for i, c := range claims {
-		items[i] = lua.BeginItem{Key: r.RecordKey(c.Key), Owner: c.Owner, Fingerprint: c.Fingerprint, Locked: c.Locked}
+		out[i].Ref = r.RecordKey(c.Key)
+		items[i] = lua.BeginItem{Key: out[i].Ref, Owner: c.Owner, Locked: c.Locked}
+		if !c.Fingerprint.IsZero() {
+			fps[i] = c.Fingerprint
+			items[i].Fingerprint = &fps[i]
+		}
 	}
 	ctx, cancel := r.bound(ctx)
 	defer cancel()
-	args := lua.BeginArgs{Lease: r.s.Lease, Retention: r.s.Retention, MaxAttempts: r.s.MaxAttempts}
-	out := make([]ClaimReply, len(claims))
-	for i, rep := range r.runner.Begin(ctx, args, items) {
-		out[i] = claimReply(claims[i].Key, rep)
+	args := lua.BeginArgs{Lease: r.s.Lease, Retention: r.s.Retention, MaxAttempts: r.s.MaxAttempts, Now: time.Now().Unix()}
+	reps := make([]lua.BeginReply, len(claims))
+	r.runner.Begin(ctx, args, items, reps)
+	for i := range reps {
+		claimReply(&out[i], claims[i].Key, &reps[i])
 	}
 	return out
 }
 
-func claimReply(key Key, rep lua.BeginReply) ClaimReply {
+// claimReply fills c (whose Ref is set) from the script's answer.
+func claimReply(c *ClaimReply, key Key, rep *lua.BeginReply) {
 	if rep.Err != nil {
-		return ClaimReply{Err: &StoreError{Op: "begin", Err: rep.Err}}
+		c.Err = &StoreError{Op: "begin", Err: rep.Err}
+		return
 	}
-	c := ClaimReply{Fence: rep.Fence, Attempts: rep.Attempts, Lease: millis(rep.Millis)}
+	c.Fence, c.Attempts, c.Lease = rep.Fence, rep.Attempts, millis(rep.Millis)
+	c.Created = time.Unix(rep.Created, 0)
 	switch rep.Code {
 	case lua.Acquired:
 		c.Status = StatusAcquired
@@ -115,7 +127,14 @@ func claimReply(key Key, rep lua.BeginReply) ClaimReply {
 	default:
 		c.Err = &CorruptRecordError{Key: key, Reason: rep.Data}
 	}
-	return c
+}
+
+// ref is the record key the caller passed back, or the one worked out again.
+func (r *RedisStore) ref(ref string, key Key) string {
+	if ref != "" {
+		return ref
+	}
+	return r.RecordKey(key)
 }
 
 // Settle completes or fails claimed records, in one round trip.
@@ -124,15 +143,22 @@ func (r *RedisStore) Settle(ctx context.Context, items []Settlement) []SettleRep
 		return nilStore[SettleReply](len(items), func(err error) SettleReply { return SettleReply{Err: err} })
 	}
 	in := make([]lua.SettleItem, len(items))
-	for i, it := range items {
+	fps := make([][16]byte, len(items))
+	for i := range items {
+		it := &items[i]
 		in[i] = lua.SettleItem{
-			Key: r.RecordKey(it.Key), Owner: it.Owner, Complete: it.Complete, Result: it.Result,
+			Key: r.ref(it.Ref, it.Key), Owner: it.Owner, Fence: it.Fence, Attempts: it.Attempts,
+			Created: it.Created.Unix(), Late: it.Late, Complete: it.Complete, Result: it.Result,
 			Dropped: it.Dropped, Permanent: it.Permanent, Message: it.Message,
+		}
+		if !it.Fingerprint.IsZero() {
+			fps[i] = it.Fingerprint
+			in[i].Fingerprint = &fps[i]
 		}
 	}
 	ctx, cancel := r.bound(ctx)
 	defer cancel()
-	args := lua.SettleArgs{Retention: r.s.Retention, MaxAttempts: r.s.MaxAttempts}
+	args := lua.SettleArgs{MaxAttempts: r.s.MaxAttempts, Now: time.Now().Unix()}
 	out := make([]SettleReply, len(items))
 	for i, rep := range r.runner.Settle(ctx, args, in) {
 		op := "complete"
@@ -140,7 +166,7 @@ func (r *RedisStore) Settle(ctx context.Context, items []Settlement) []SettleRep
 			op = "fail"
 		}
 		out[i].Terminal = rep.Ack == lua.AckTerminal
-		out[i].Err = ackErr(op, items[i].Key, 0, rep)
+		out[i].Err = ackErr(op, items[i].Key, items[i].Fence, rep)
 	}
 	return out
 }
@@ -163,13 +189,13 @@ func (r *RedisStore) owned(ctx context.Context, op string, items []Owned) []erro
 	defer cancel()
 	in := make([]lua.OwnedKey, len(items))
 	for i, it := range items {
-		in[i] = lua.OwnedKey{Key: r.RecordKey(it.Key), Owner: it.Owner}
+		in[i] = lua.OwnedKey{Key: r.ref(it.Ref, it.Key), Owner: it.Owner, Fence: it.Fence}
 	}
 	var reps []lua.AckReply
 	if op == "extend" {
-		reps = r.runner.Extend(ctx, r.s.Lease, r.s.Retention, in)
+		reps = r.runner.Extend(ctx, r.s.Lease, in)
 	} else {
-		reps = r.runner.Release(ctx, r.s.Retention, in)
+		reps = r.runner.Release(ctx, time.Now().Unix(), in)
 	}
 	out := make([]error, len(items))
 	for i, rep := range reps {
@@ -207,13 +233,29 @@ func (r *RedisStore) Peek(ctx context.Context, key Key) (Record, error) {
 	if rec.Corrupt {
 		return Record{Key: key, Found: true}, &CorruptRecordError{Key: key, Reason: rec.Reason}
 	}
-	return Record{
-		Key: key, Found: rec.Found, State: rec.State, Owner: rec.Owner, Fence: rec.Fence,
-		Attempts: rec.Attempts, Fingerprint: rec.Fingerprint, LeaseUntil: rec.LeaseUntil,
-		Result: []byte(rec.Result), Dropped: rec.Dropped, Error: rec.Error,
-		Permanent: rec.State == "failed" && rec.Kind != "x", Locked: rec.Locked,
-		Created: rec.Created, Updated: rec.Updated, Now: rec.Now, TTL: rec.TTL,
-	}, nil
+	out := Record{Key: key, Found: rec.Found, Now: rec.Now, TTL: rec.TTL}
+	if !rec.Found {
+		return out, nil
+	}
+	f := &rec.Fields
+	out.State, out.Owner, out.Fence, out.Attempts = f.StateName(), f.Owner, f.Fence, f.Attempts
+	out.Fingerprint, out.LeaseUntil, out.Retention = f.Fingerprint, rec.LeaseUntil, f.Retention
+	out.Locked, out.Created, out.Updated = f.Flags&lua.FlagLocked != 0, f.Created, f.Updated
+	out.Permanent = f.State == lua.StateFailed && f.Flags&lua.FlagPermanent != 0
+	switch {
+	case f.State != lua.StateCompleted:
+	case f.Flags&lua.FlagDropped != 0:
+		out.Dropped = string(f.Result)
+	default:
+		out.Result = f.Result
+	}
+	for _, h := range f.History {
+		out.History = append(out.History, AttemptError(h))
+	}
+	if len(out.History) > 0 {
+		out.Error = out.History[0].Message
+	}
+	return out, nil
 }
 
 // bound limits ctx to the call timeout: the runner stops waiting for a reply then,

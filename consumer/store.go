@@ -2,6 +2,8 @@ package consumer
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"time"
 )
 
@@ -35,7 +37,7 @@ type Store interface {
 type Claim struct {
 	Key         Key
 	Owner       string // owner token of the new attempt (random per attempt)
-	Fingerprint string // payload fingerprint, "" when fingerprinting is off
+	Fingerprint Fingerprint // payload fingerprint; zero when fingerprinting is off
 	// Locked says the caller holds the key's distributed lock (WithLock). The claim
 	// is recorded as made under the lock, and a started record whose claim was made
 	// under the lock is taken over even while its lease is live: its holder lost the
@@ -83,6 +85,12 @@ type ClaimReply struct {
 	// failure was permanent (else attempts were exhausted).
 	Message   string
 	Permanent bool
+	// Created is when the record was first claimed (the claiming worker's clock,
+	// second precision).
+	Created time.Time
+	// Ref is the store's own name for the record (for Redis, its key). Pass it back
+	// unchanged in Owned and Settlement so the store need not work it out again.
+	Ref string
 	// Err is set when the claim could not be decided: a *StoreError or a *CorruptRecordError.
 	Err error
 }
@@ -92,10 +100,21 @@ func (r ClaimReply) Claimed() bool {
 	return r.Err == nil && (r.Status == StatusAcquired || r.Status == StatusTakenOver)
 }
 
-// Settlement finishes one claimed attempt.
+// Settlement finishes one claimed attempt. Key and Owner name it; the fields
+// after them repeat what Begin answered for the claim, so that a store can write
+// the settled record whole. A settlement sent again after a lost reply is known by
+// its Fence: without the claim's fence it is refused as lease lost.
 type Settlement struct {
-	Key   Key
-	Owner string
+	Key         Key
+	Owner       string
+	Ref         string // ClaimReply.Ref, or "" (the store works it out)
+	Fence       int64
+	Attempts    int
+	Created     time.Time
+	Fingerprint Fingerprint // the claim's fingerprint; zero when off
+	// Late says the attempt's local deadline had passed: its lease may have run out
+	// on the store, so the retention must start afresh from the settlement.
+	Late bool
 	// Complete stores Result (and Dropped, see ClaimReply). Otherwise the failure is
 	// recorded: Permanent fails the key for good; a retryable failure leaves it to
 	// the next delivery unless it was the last allowed attempt.
@@ -119,7 +138,8 @@ type SettleReply struct {
 type Owned struct {
 	Key   Key
 	Owner string
-	Fence int64 // for error messages only
+	Ref   string // ClaimReply.Ref, or "" (the store works it out)
+	Fence int64  // the claim's fence: a release sent again is known by it
 }
 
 // Record is a snapshot of one record, for inspection.
@@ -130,17 +150,46 @@ type Record struct {
 	Owner       string
 	Fence       int64
 	Attempts    int
-	Fingerprint string
-	LeaseUntil  time.Time // zero when no attempt runs
+	Fingerprint Fingerprint // zero when the record has none
+	LeaseUntil  time.Time   // zero when no attempt runs
+	Retention   time.Duration
 	Result      []byte
 	Dropped     string
-	Error       string
+	Error       string         // the last attempt's error (failed, retry)
+	History     []AttemptError // the last attempts' errors, newest first
 	Permanent   bool
 	Locked      bool // the current claim was made under the key's distributed lock
 	Created     time.Time
 	Updated     time.Time
 	Now         time.Time     // the store's clock at the read
 	TTL         time.Duration // time to live left; -1 when the record has none
+}
+
+// AttemptError is one failed attempt's error, as the record keeps it.
+type AttemptError struct {
+	Time    time.Time
+	Message string
+}
+
+// Fingerprint identifies a payload: the first 16 bytes of its SHA-256. The zero
+// value means no fingerprint (fingerprinting off).
+type Fingerprint [16]byte
+
+// FingerprintOf returns payload's fingerprint.
+func FingerprintOf(payload []byte) Fingerprint {
+	sum := sha256.Sum256(payload)
+	return Fingerprint(sum[:16])
+}
+
+// IsZero reports whether f is no fingerprint.
+func (f Fingerprint) IsZero() bool { return f == Fingerprint{} }
+
+// String is f in hex, or "" for no fingerprint.
+func (f Fingerprint) String() string {
+	if f.IsZero() {
+		return ""
+	}
+	return hex.EncodeToString(f[:])
 }
 
 // errNilStore answers every call on a nil store.

@@ -1,36 +1,37 @@
--- begin: claim one or more idempotency records (DESIGN section 3).
+-- begin: claim records.
 --
--- KEYS[i]  record key (a hash); on Redis Cluster every key of one call shares a slot.
--- ARGV[1]  lease in milliseconds
--- ARGV[2]  retention in milliseconds (TTL of finished records)
+-- KEYS[i]  record key; on Redis Cluster every key of one call shares a slot.
+-- ARGV[1]  lease in ms
+-- ARGV[2]  retention in ms
 -- ARGV[3]  max attempts
--- ARGV[1+3i] owner token of the new attempt for KEYS[i]
--- ARGV[2+3i] payload fingerprint for KEYS[i] ('' when fingerprinting is off)
--- ARGV[3+3i] '1' when the caller holds the key's distributed lock: the claim is
---            marked as made under the lock (field lk), and a started record whose
---            claim was made under the lock is taken over even while its lease is live
---            (its holder lost the lock). A record claimed without the lock is never
---            forced: its owner may be alive and renewing.
+-- ARGV[4]  now, unix seconds (the caller's clock: informational times only)
+-- ARGV[5]  for each key: 2-byte length, then the started record a fresh claim of
+--          that key would write (the caller's owner token, fingerprint, lock flag
+--          and retention are read from it)
 --
--- A claim by the owner token that already holds the record (a call the client sent
--- again after a lost reply) answers with that same claim and changes nothing.
+-- A fresh key is claimed with SET NX PX lease+retention. An existing one is read
+-- and moved on as the state machine says. A claim by the owner token that already
+-- holds the record (a call sent again after a lost reply) answers with that same
+-- claim. A started record claimed under the key's lock is taken over while its
+-- lease is live only by a caller that holds the lock (its holder lost it).
 --
 -- Returns one flat array; each key adds a row whose length its code gives:
---   1 ACQUIRED     fence, attempt, lease millis (left, for the caller's own claim)
---   2 TAKEN_OVER   fence, attempt, lease millis
---   3 IN_PROGRESS  fence, attempts, lease millis left to the other owner
---   4 DUPLICATE    fence, attempts, 0, encoded result, dropped flag ('' or why)
---   5 FAILED       fence, attempts, 0, stored error text, kind ('p' permanent, 'x' exhausted)
---   6 EXHAUSTED    fence, attempts, 0, last error text
---   7 CONFLICT     fence, attempts, 0
---   8 CORRUPT      0, 0, 0, reason
+--   0 FRESH        (claimed a new record: fence 1, attempt 1, the whole lease)
+--   1 ACQUIRED     fence, attempt, lease ms, created
+--   2 TAKEN_OVER   fence, attempt, lease ms, created
+--   3 IN_PROGRESS  fence, attempts, lease ms left to the other owner, created
+--   4 DUPLICATE    fence, attempts, 0, created, result, dropped reason ('' when kept)
+--   5 FAILED       fence, attempts, 0, created, last error, 'p' permanent or 'x' exhausted
+--   6 EXHAUSTED    fence, attempts, 0, created, last error
+--   7 CONFLICT     fence, attempts, 0, created
+--   8 CORRUPT      0, 0, 0, 0, reason
 local lease = tonumber(ARGV[1])
-local retention = tonumber(ARGV[2])
+local ret = tonumber(ARGV[2])
 local maxAttempts = tonumber(ARGV[3])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local out = {}
-local n = 0
+local now = tonumber(ARGV[4])
+local blob = ARGV[5]
+local out, n = {}, 0
+local pos = 1
 
 local function row(...)
   for _, v in ipairs({...}) do
@@ -39,74 +40,91 @@ local function row(...)
   end
 end
 
-for i, key in ipairs(KEYS) do
-  local owner = ARGV[1 + 3 * i]
-  local fp = ARGV[2 + 3 * i]
-  local locked = ARGV[3 + 3 * i] == '1'
-  local lk = locked and '1' or '0'
-  local all = redis.pcall('HGETALL', key)
-  if all.err then
-    row(8, 0, 0, 0, 'key holds a value that is not an idemkit record')
-  elseif #all == 0 then
-    redis.call('HSET', key, 's', 'started', 'o', owner, 'f', 1, 'a', 1, 'p', fp, 'l', now + lease, 'lk', lk, 'c', now)
-    redis.call('PEXPIRE', key, lease + retention)
-    n = n + 4
-    out[n - 3], out[n - 2], out[n - 1], out[n] = 1, 1, 1, lease
+-- started builds the started record of a claim by cand's owner over r.
+local function started(r, cand, fence, attempts)
+  local c = parse(cand)
+  local flags = 0
+  if has(c.flags, 1) then
+    flags = flags + 1
+  end
+  if r.fp then
+    flags = flags + 8
+  end
+  if r.hist then
+    flags = flags + 16
+  end
+  return header(1, flags, fence, attempts, r.created, now) .. (r.fp or '') ..
+    string.char(#c.owner) .. c.owner .. string.sub(cand, -6) .. (r.hist or '')
+end
+
+-- exhaust fails r for good: its attempts are used up.
+local function exhaust(key, r, msg)
+  local hist = r.hist
+  if msg then
+    hist = push_error(hist, now, msg)
+  end
+  local flags = 16
+  if r.fp then
+    flags = flags + 8
+  end
+  redis.call('SET', key, header(3, flags, r.fence, r.attempts, r.created, now) .. (r.fp or '') .. hist, 'PX', ret)
+  row(6, r.fence, r.attempts, 0, u32(r.created, 1), msg or last_error(r))
+end
+
+for _, key in ipairs(KEYS) do
+  local len = u16(blob, pos)
+  local cand = string.sub(blob, pos + 2, pos + 1 + len)
+  pos = pos + 2 + len
+  if redis.call('SET', key, cand, 'NX', 'PX', lease + ret) then
+    n = n + 1
+    out[n] = 0
   else
-    local rec = {}
-    for j = 1, #all, 2 do
-      rec[all[j]] = all[j + 1]
-    end
-    local state = rec.s
-    local fence = tonumber(rec.f)
-    local attempts = tonumber(rec.a)
-    if not state then
-      row(8, 0, 0, 0, 'hash at key has no state field')
-    elseif not fence or not attempts then
-      row(8, 0, 0, 0, 'record has no numeric fence or attempts')
-    elseif fp ~= '' and rec.p and rec.p ~= '' and rec.p ~= fp then
-      row(7, fence, attempts, 0)
-    elseif state == 'completed' then
-      row(4, fence, attempts, 0, rec.r or '', rec.d or '')
-    elseif state == 'failed' then
-      row(5, fence, attempts, 0, rec.e or '', rec.k or 'p')
-    elseif state == 'retry' then
-      if attempts >= maxAttempts then
-        redis.call('HSET', key, 's', 'failed', 'k', 'x', 'u', now)
-        redis.call('PEXPIRE', key, retention)
-        row(6, fence, attempts, 0, rec.e or '')
-      else
-        fence = fence + 1
-        attempts = attempts + 1
-        redis.call('HSET', key, 's', 'started', 'o', owner, 'f', fence, 'a', attempts,
-          'l', now + lease, 'lk', lk, 'u', now)
-        redis.call('PEXPIRE', key, lease + retention)
-        row(1, fence, attempts, lease)
-      end
-    elseif state == 'started' then
-      local deadline = tonumber(rec.l)
-      if not deadline then
-        row(8, 0, 0, 0, 'started record has no lease deadline')
-      elseif rec.o == owner then
-        row(1, fence, attempts, math.max(deadline - now, 0))
-      elseif deadline > now and not (locked and rec.lk == '1') then
-        row(3, fence, attempts, deadline - now)
-      elseif attempts >= maxAttempts then
-        -- The last allowed attempt died holding the lease: a message that
-        -- crashes its worker every time must not be taken over forever.
-        local e = 'lease expired during the last allowed attempt'
-        redis.call('HSET', key, 's', 'failed', 'k', 'x', 'e', e, 'u', now)
-        redis.call('PEXPIRE', key, retention)
-        row(6, fence, attempts, 0, e)
-      else
-        fence = fence + 1
-        attempts = attempts + 1
-        redis.call('HSET', key, 'o', owner, 'f', fence, 'a', attempts, 'l', now + lease, 'lk', lk, 'u', now)
-        redis.call('PEXPIRE', key, lease + retention)
-        row(2, fence, attempts, lease)
-      end
+    local v = redis.pcall('GET', key)
+    local r, why = parse(v)
+    if type(v) ~= 'string' then
+      row(8, 0, 0, 0, 0, 'key holds a value that is not an idemkit record')
+    elseif not r then
+      row(8, 0, 0, 0, 0, why)
     else
-      row(8, 0, 0, 0, 'unknown state')
+      local created = u32(r.created, 1)
+      local c = parse(cand)
+      if r.fp and c.fp and r.fp ~= c.fp then
+        row(7, r.fence, r.attempts, 0, created)
+      elseif r.state == 2 then
+        local dropped = ''
+        local result = r.tail
+        if has(r.flags, 4) then
+          dropped, result = r.tail, ''
+        end
+        row(4, r.fence, r.attempts, 0, created, result, dropped)
+      elseif r.state == 3 then
+        local kind = 'x'
+        if has(r.flags, 2) then
+          kind = 'p'
+        end
+        row(5, r.fence, r.attempts, 0, created, last_error(r), kind)
+      elseif r.state == 4 then
+        if r.attempts >= maxAttempts then
+          exhaust(key, r, nil)
+        else
+          redis.call('SET', key, started(r, cand, r.fence + 1, r.attempts + 1), 'PX', lease + ret)
+          row(1, r.fence + 1, r.attempts + 1, lease, created)
+        end
+      elseif r.owner == c.owner then
+        row(1, r.fence, r.attempts, math.max(redis.call('PTTL', key) - r.ret, 0), created)
+      else
+        local left = redis.call('PTTL', key) - r.ret
+        if left > 0 and not (has(c.flags, 1) and has(r.flags, 1)) then
+          row(3, r.fence, r.attempts, left, created)
+        elseif r.attempts >= maxAttempts then
+          -- The last allowed attempt died holding the lease: a message that
+          -- crashes its worker every time must not be taken over forever.
+          exhaust(key, r, 'lease expired during the last allowed attempt')
+        else
+          redis.call('SET', key, started(r, cand, r.fence + 1, r.attempts + 1), 'PX', lease + ret)
+          row(2, r.fence + 1, r.attempts + 1, lease, created)
+        end
+      end
     end
   end
 end

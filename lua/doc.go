@@ -1,35 +1,63 @@
 // Package lua is the Redis side of idemkit's state machine: one embedded Lua script
 // per transition (begin, complete, fail, extend, release, peek), one Go handle per
-// script, and the decoding of their replies into typed values.
+// script, the record layout, and the decoding of replies into typed values.
 //
 // Nothing else in the module changes idemkit's Redis state: the consumer package's
 // Redis store calls the functions here. Every transition is one script, so no Go code
-// ever does check-then-set; every script reads the Redis server's clock (TIME), so
-// all workers share one clock for leases.
+// ever does check-then-set.
 //
 // Scripts take several records per call so that a batch costs one call per hash slot
 // group: on a single Redis server (or Sentinel-managed primary) a whole batch is one
 // call; on Redis Cluster the records of one call share a hash slot, and the calls of
-// one batch travel in one pipeline that go-redis splits per node. Scripts are run with
-// EVALSHA and reloaded when the server answers NOSCRIPT, inside pipelines too (go-redis
-// does not fall back to EVAL there).
+// one batch travel in one pipeline that go-redis splits per node. A call's per-record
+// arguments travel packed in one string argument, so a batch costs the client a few
+// allocations, not a few per record. Scripts are run with EVALSHA and reloaded when
+// the server answers NOSCRIPT, inside pipelines too, and on every shard of a Ring.
+// The runner stops waiting for a reply when the caller's context is done, whether or
+// not the client honours context deadlines.
 //
-// Record layout (a hash at <prefix>:{<scope>:<key>}):
+// # Records
 //
-//	s  state: started, completed, failed, retry
-//	o  owner token of the current attempt
-//	f  fence, +1 on every claim or takeover
-//	a  attempts counted so far
-//	p  payload fingerprint ('' when fingerprinting is off)
-//	l  lease deadline, Redis server time in ms (meaningful while started)
-//	lk '1' when the current claim was made under the key's distributed lock, else '0'
-//	r  encoded result (completed)
-//	d  '' or the size of a result too large to keep (completed)
-//	e  error text (failed, retry)
-//	k  failure kind: 'p' permanent, 'x' attempts exhausted (failed)
-//	c  created, u  updated (absent until the first change): Redis server time in ms
+// A record is one Redis string at <prefix>:{<scope>:<key>} in a compact binary layout,
+// version 1 (Decode reads it; the layout is spelled out beside Version in record.go,
+// and record.lua reads and writes it inside the scripts):
 //
-// TTL: a claim sets lease + retention and every renewal sets it again, so a record
-// completed or failed within its lease is kept at least the retention; one settled
-// after its lease ran out gets the retention from then.
+//	0  version<<4 | state        1 started, 2 completed, 3 failed, 4 retry
+//	1  flags                     1 locked, 2 permanent, 4 result dropped, 8 fingerprint, 16 history
+//	2  fence (4)   6 attempts (2)   8 created (4)   12 updated (4, unix seconds)
+//	16 fingerprint (16, when flagged): the first 16 bytes of the payload's SHA-256
+//	   started:   owner length (1), owner, retention in ms (6), [error history]
+//	   completed: the encoded result, or the reason it was not kept
+//	   failed, retry: error history: count (1), then newest first: time (4), length (2), text
+//
+// A completed record of a fingerprinted key with an empty result is 32 bytes. A
+// settled record keeps no owner and no lease; a completed one keeps no error history.
+// Error texts are cut to MaxErrorText bytes (older history entries to HistoryText)
+// with a marker, so that an enormous error cannot make a later step fail. Times in
+// records are the writing worker's clock and only informational: nothing decides by
+// them.
+//
+// # Leases live in the TTL
+//
+// A started record's TTL is lease + retention, set by the claim and by each renewal
+// on the Redis server's clock, and the record itself carries the retention its
+// claimer used. Its lease has run out when its PTTL falls below that recorded
+// retention. So:
+//
+//   - Leases run on one clock, the Redis server's, for every worker: nobody compares
+//     a worker's clock with another's.
+//   - A fresh key is claimed with a single SET NX PX of a value built by the caller:
+//     no record to read, nothing to decide; the NX makes exactly one claimer win.
+//     Only a key that exists needs the state machine's read-decide-write, which the
+//     same script does atomically. A claim that reads the retention from the record
+//     rather than its own settings is why a deploy that changes the retention cannot
+//     make another worker's live lease look expired (or an expired one look live).
+//   - A completion rewrites the record with SET ... KEEPTTL GET and checks the value
+//     it replaced: unless that was a started record of the same owner token, the old
+//     value is put back within the same script, so the change is all or nothing. Kept,
+//     the TTL is what is left of the lease plus the retention, which is at least the
+//     retention; a completion made after the caller's own deadline (the lease may
+//     have run out) starts the retention afresh.
+//   - A call sent again after a lost reply finds its own work: a claim finds its own
+//     owner token, a settlement or release the record moved on at its own fence.
 package lua

@@ -19,20 +19,22 @@ func Example() {
 	r := lua.NewRunner(c)
 	ctx := context.Background()
 
-	args := lua.BeginArgs{Lease: 30 * time.Second, Retention: time.Hour, MaxAttempts: 5}
-	claim := r.Begin(ctx, args, []lua.BeginItem{{Key: "idemkit:{payments:order-42}", Owner: "worker-1"}})[0]
-	fmt.Println("claim:", claim.Code == lua.Acquired, "fence", claim.Fence)
+	args := lua.BeginArgs{Lease: 30 * time.Second, Retention: time.Hour, MaxAttempts: 5, Now: time.Now().Unix()}
+	reps := make([]lua.BeginReply, 1)
+	r.Begin(ctx, args, []lua.BeginItem{{Key: "idemkit:{payments:order-42}", Owner: "worker-1"}}, reps)
+	fmt.Println("claim:", reps[0].Code == lua.Acquired, "fence", reps[0].Fence)
 
-	again := r.Begin(ctx, args, []lua.BeginItem{{Key: "idemkit:{payments:order-42}", Owner: "worker-2"}})[0]
-	fmt.Println("second claim in progress:", again.Code == lua.InProgress)
+	r.Begin(ctx, args, []lua.BeginItem{{Key: "idemkit:{payments:order-42}", Owner: "worker-2"}}, reps)
+	fmt.Println("second claim in progress:", reps[0].Code == lua.InProgress)
 
-	ack := r.Settle(ctx, lua.SettleArgs{Retention: time.Hour, MaxAttempts: 5}, []lua.SettleItem{
-		{Key: "idemkit:{payments:order-42}", Owner: "worker-1", Complete: true, Result: []byte(`"ch_1"`)},
-	})[0]
+	ack := r.Settle(ctx, lua.SettleArgs{MaxAttempts: 5, Now: time.Now().Unix()}, []lua.SettleItem{{
+		Key: "idemkit:{payments:order-42}", Owner: "worker-1", Fence: 1, Attempts: 1,
+		Complete: true, Result: []byte(`"ch_1"`),
+	}})[0]
 	fmt.Println("completed:", ack.Ack == lua.AckOK)
 
 	rec, _ := r.Peek(ctx, "idemkit:{payments:order-42}")
-	fmt.Println("state:", rec.State, "result:", rec.Result)
+	fmt.Println("state:", rec.StateName(), "result:", string(rec.Result))
 	// Output:
 	// claim: true fence 1
 	// second claim in progress: true

@@ -1,46 +1,62 @@
--- fail: record a failed attempt (compare-and-set on the owner token).
+-- fail: record failed attempts (compare-and-set on the owner).
 --
--- KEYS[i]    record key
--- ARGV[1]    retention in milliseconds
--- ARGV[2]    max attempts
--- ARGV[3+3(i-1)] owner token, ARGV[4+3(i-1)] mode ('p' permanent, 'r' retryable),
--- ARGV[5+3(i-1)] error text
+-- KEYS[i]  record key
+-- ARGV[1]  now, unix seconds
+-- ARGV[2]  max attempts
+-- ARGV[3]  for each key: 4 fence, 1 'p' permanent or 'r' retryable, 1 owner length,
+--          owner, 2 error length, error text (at most 8 KiB)
 --
--- The TTL is left as the claim set it unless the lease has run out (see complete.lua).
--- A retryable failure moves the record to 'retry', or to 'failed' (kind 'x') when
--- it was the last allowed attempt; a permanent one moves it to 'failed' (kind 'p').
--- A call the client sent again after a lost reply finds the record already moved on
--- under its own owner token and answers as the first call did.
+-- A retryable failure moves the record to retry, or to failed (exhausted) on the
+-- last allowed attempt; a permanent one to failed. The error goes first in the
+-- record's history. The TTL is left as the claim set it unless the lease has run
+-- out, when the retention starts afresh. A call sent again after a lost reply finds
+-- the record moved on at its fence and answers as the first call did.
+--
 -- Returns one code per key: 1 OK (retry), 2 LEASE_LOST, 3 FAILED (terminal), 8 CORRUPT.
-local retention = tonumber(ARGV[1])
+local now = tonumber(ARGV[1])
 local maxAttempts = tonumber(ARGV[2])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local blob = ARGV[3]
 local out = {}
+local pos = 1
 
 for i, key in ipairs(KEYS) do
-  local base = 3 * (i - 1)
-  local rec = redis.pcall('HMGET', key, 's', 'o', 'a', 'l')
-  if rec.err then
+  local fence = u32(blob, pos)
+  local permanent = string.sub(blob, pos + 4, pos + 4) == 'p'
+  local olen = string.byte(blob, pos + 5)
+  local owner = string.sub(blob, pos + 6, pos + 5 + olen)
+  local mlen = u16(blob, pos + 6 + olen)
+  local msg = string.sub(blob, pos + 8 + olen, pos + 7 + olen + mlen)
+  pos = pos + 8 + olen + mlen
+  local v = redis.pcall('GET', key)
+  local r = parse(v)
+  if type(v) == 'table' or (v and not r) then
     out[i] = 8
-  elseif rec[1] == 'started' and rec[2] == ARGV[3 + base] then
-    local attempts = tonumber(rec[3]) or maxAttempts
-    if ARGV[4 + base] == 'p' then
-      redis.call('HSET', key, 's', 'failed', 'k', 'p', 'e', ARGV[5 + base], 'u', now)
-      out[i] = 3
-    elseif attempts >= maxAttempts then
-      redis.call('HSET', key, 's', 'failed', 'k', 'x', 'e', ARGV[5 + base], 'u', now)
+  elseif r and r.state == 1 and r.owner == owner then
+    local terminal = permanent or r.attempts >= maxAttempts
+    local state, flags = 4, 16
+    if terminal then
+      state = 3
+    end
+    if permanent then
+      flags = flags + 2
+    end
+    if r.fp then
+      flags = flags + 8
+    end
+    local val = header(state, flags, r.fence, r.attempts, r.created, now) .. (r.fp or '') .. push_error(r.hist, now, msg)
+    if redis.call('PTTL', key) < r.ret then
+      redis.call('SET', key, val, 'PX', r.ret) -- the claim's TTL no longer covers the retention
+    else
+      redis.call('SET', key, val, 'KEEPTTL')
+    end
+    if terminal then
       out[i] = 3
     else
-      redis.call('HSET', key, 's', 'retry', 'e', ARGV[5 + base], 'u', now)
       out[i] = 1
     end
-    if (tonumber(rec[4]) or 0) <= now then
-      redis.call('PEXPIRE', key, retention) -- the claim's TTL no longer covers the retention
-    end
-  elseif rec[1] == 'retry' and rec[2] == ARGV[3 + base] then
+  elseif r and r.state == 4 and r.fence == fence then
     out[i] = 1
-  elseif rec[1] == 'failed' and rec[2] == ARGV[3 + base] then
+  elseif r and r.state == 3 and r.fence == fence then
     out[i] = 3
   else
     out[i] = 2

@@ -3,6 +3,7 @@ package lua_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,6 +39,13 @@ func TestSlot(t *testing.T) {
 	}
 }
 
+// begin is Runner.Begin for tests: the answers as a slice.
+func begin(ctx context.Context, r *lua.Runner, a lua.BeginArgs, items ...lua.BeginItem) []lua.BeginReply {
+	out := make([]lua.BeginReply, len(items))
+	r.Begin(ctx, a, items, out)
+	return out
+}
+
 // A SCRIPT FLUSH between calls is answered by reloading, for a lone call (EVALSHA
 // then EVAL) and inside a pipeline (SCRIPT LOAD, then the calls again).
 func TestReloadAfterScriptFlush(t *testing.T) {
@@ -45,17 +53,17 @@ func TestReloadAfterScriptFlush(t *testing.T) {
 	c := srv.Client(t)
 	r := lua.NewRunner(c)
 	ctx := context.Background()
-	args := lua.BeginArgs{Lease: time.Second, Retention: time.Minute, MaxAttempts: 3}
+	args := lua.BeginArgs{Lease: time.Second, Retention: time.Minute, MaxAttempts: 3, Now: time.Now().Unix()}
 	keys := []string{"t:{a}", "t:{b}", "t:{c}"}
 
 	if err := c.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	lone := r.Begin(ctx, args, []lua.BeginItem{{Key: keys[0], Owner: "o"}})
+	lone := begin(ctx, r, args, lua.BeginItem{Key: keys[0], Owner: "o"})
 	if lone[0].Err != nil || lone[0].Code != lua.Acquired {
 		t.Fatalf("lone begin after flush: %+v", lone[0])
 	}
-	reps := r.Begin(ctx, args, []lua.BeginItem{{Key: keys[1], Owner: "o"}, {Key: keys[2], Owner: "o"}})
+	reps := begin(ctx, r, args, lua.BeginItem{Key: keys[1], Owner: "o"}, lua.BeginItem{Key: keys[2], Owner: "o"})
 	for _, rep := range reps {
 		if rep.Err != nil || rep.Code != lua.Acquired {
 			t.Fatalf("begin: %+v", rep)
@@ -65,44 +73,94 @@ func TestReloadAfterScriptFlush(t *testing.T) {
 		t.Fatal(err)
 	}
 	// One complete call and one fail call: a pipeline of two EVALSHAs.
-	acks := r.Settle(ctx, lua.SettleArgs{Retention: time.Minute, MaxAttempts: 3}, []lua.SettleItem{
-		{Key: keys[1], Owner: "o", Complete: true, Result: []byte("1")},
-		{Key: keys[2], Owner: "o", Message: "boom"},
+	acks := r.Settle(ctx, lua.SettleArgs{MaxAttempts: 3, Now: time.Now().Unix()}, []lua.SettleItem{
+		{Key: keys[1], Owner: "o", Fence: 1, Attempts: 1, Complete: true, Result: []byte("1")},
+		{Key: keys[2], Owner: "o", Fence: 1, Attempts: 1, Message: "boom"},
 	})
 	if acks[0].Err != nil || acks[0].Ack != lua.AckOK || acks[1].Err != nil || acks[1].Ack != lua.AckOK {
 		t.Fatalf("settle after flush in a pipeline: %+v", acks)
 	}
 	rec, err := r.Peek(ctx, keys[2])
-	if err != nil || rec.State != "retry" || rec.Error != "boom" || rec.Attempts != 1 {
+	if err != nil || rec.StateName() != "retry" || len(rec.History) != 1 || rec.History[0].Message != "boom" || rec.Attempts != 1 {
 		t.Fatalf("peek: %+v %v", rec, err)
 	}
 }
 
-// Values at a record key that idemkit did not write are reported, never decoded
-// as records and never changed.
+// Values at a record key that idemkit did not write, or records cut short, are
+// reported, never decoded as records and never changed, by any script.
 func TestForeignValues(t *testing.T) {
 	srv := testenv.RedisServer(t)
 	c := srv.Client(t)
 	ctx := context.Background()
 	r := lua.NewRunner(c)
-	if err := c.Set(ctx, "t:{s}", "x", 0).Err(); err != nil {
+	now := time.Now().Unix()
+	whole := lua.AppendCompleted(nil, 3, 2, &[16]byte{1}, now, now, []byte(`"ok"`), "")
+	cases := []struct {
+		name  string
+		value string
+	}{
+		{"text", "hello"},
+		{"long text", strings.Repeat("x", 40)},
+		{"another layout", "\x21" + strings.Repeat("\x00", 20)},
+		{"unknown state", "\x19" + strings.Repeat("\x00", 20)},
+		{"cut in the fingerprint", string(whole[:20])},
+		{"started cut in its owner", string(lua.AppendStarted(nil, "worker-7", nil, false, time.Minute, now)[:18])},
+	}
+	args := lua.BeginArgs{Lease: time.Second, Retention: time.Minute, MaxAttempts: 3, Now: now}
+	for _, tc := range cases {
+		key := "t:{" + tc.name + "}"
+		if err := c.Set(ctx, key, tc.value, time.Hour).Err(); err != nil {
+			t.Fatal(err)
+		}
+		rec, err := r.Peek(ctx, key)
+		if err != nil || !rec.Found || !rec.Corrupt || rec.Reason == "" {
+			t.Fatalf("%s: peek = %+v %v", tc.name, rec, err)
+		}
+		if rep := begin(ctx, r, args, lua.BeginItem{Key: key, Owner: "o"})[0]; rep.Err != nil || rep.Code != lua.Corrupt || rep.Data == "" {
+			t.Fatalf("%s: begin = %+v", tc.name, rep)
+		}
+		settle := r.Settle(ctx, lua.SettleArgs{MaxAttempts: 3, Now: now}, []lua.SettleItem{
+			{Key: key, Owner: "o", Fence: 1, Attempts: 1, Complete: true, Result: []byte("1")},
+		})[0]
+		fail := r.Settle(ctx, lua.SettleArgs{MaxAttempts: 3, Now: now}, []lua.SettleItem{{Key: key, Owner: "o", Fence: 1, Message: "x"}})[0]
+		ext := r.Extend(ctx, time.Second, []lua.OwnedKey{{Key: key, Owner: "o"}})[0]
+		rel := r.Release(ctx, now, []lua.OwnedKey{{Key: key, Owner: "o", Fence: 1}})[0]
+		for _, a := range []lua.AckReply{settle, fail, ext, rel} {
+			if a.Err != nil || a.Ack != lua.AckCorrupt {
+				t.Fatalf("%s: complete/fail/extend/release = %+v %+v %+v %+v", tc.name, settle, fail, ext, rel)
+			}
+		}
+		if v, err := c.Get(ctx, key).Result(); err != nil || v != tc.value {
+			t.Fatalf("%s: the value was changed to %q (%v)", tc.name, v, err)
+		}
+		if ttl := c.TTL(ctx, key).Val(); ttl < 59*time.Minute {
+			t.Fatalf("%s: the TTL was changed to %v", tc.name, ttl)
+		}
+	}
+	// Other types: a hash and a list.
+	if err := c.HSet(ctx, "t:{h}", "s", "completed").Err(); err != nil {
 		t.Fatal(err)
 	}
-	rec, err := r.Peek(ctx, "t:{s}")
-	if err != nil || !rec.Corrupt {
-		t.Fatalf("peek of a string: %+v %v", rec, err)
-	}
-	rep := r.Begin(ctx, lua.BeginArgs{Lease: time.Second, Retention: time.Minute, MaxAttempts: 1},
-		[]lua.BeginItem{{Key: "t:{s}", Owner: "o"}})[0]
-	if rep.Err != nil || rep.Code != lua.Corrupt || rep.Data == "" {
-		t.Fatalf("begin on a string: %+v", rep)
-	}
-	if err := c.HSet(ctx, "t:{h}", "s", "completed", "f", "x", "a", "1").Err(); err != nil {
+	if err := c.RPush(ctx, "t:{l}", "a").Err(); err != nil {
 		t.Fatal(err)
 	}
-	rec, err = r.Peek(ctx, "t:{h}")
-	if err != nil || !rec.Corrupt || rec.Reason == "" {
-		t.Fatalf("peek of a record without a numeric fence: %+v %v", rec, err)
+	for _, key := range []string{"t:{h}", "t:{l}"} {
+		rec, err := r.Peek(ctx, key)
+		if err != nil || !rec.Corrupt {
+			t.Fatalf("peek of %s: %+v %v", key, rec, err)
+		}
+		if rep := begin(ctx, r, args, lua.BeginItem{Key: key, Owner: "o"})[0]; rep.Code != lua.Corrupt {
+			t.Fatalf("begin on %s: %+v", key, rep)
+		}
+		a := r.Settle(ctx, lua.SettleArgs{MaxAttempts: 3, Now: now}, []lua.SettleItem{
+			{Key: key, Owner: "o", Fence: 1, Complete: true, Result: []byte("1")},
+		})[0]
+		if a.Ack != lua.AckCorrupt {
+			t.Fatalf("complete on %s: %+v", key, a)
+		}
+	}
+	if n, _ := c.HLen(ctx, "t:{h}").Result(); n != 1 {
+		t.Fatal("the hash was changed")
 	}
 }
 
@@ -123,7 +181,8 @@ func TestGroupingOnCluster(t *testing.T) {
 	for i := 0; i < 300; i++ {
 		items = append(items, lua.BeginItem{Key: fmt.Sprintf("t:{k%d}", i%37), Owner: fmt.Sprint("o", i)})
 	}
-	reps := r.Begin(ctx, lua.BeginArgs{Lease: time.Second, Retention: time.Minute, MaxAttempts: 3}, items)
+	reps := make([]lua.BeginReply, len(items))
+	r.Begin(ctx, lua.BeginArgs{Lease: time.Second, Retention: time.Minute, MaxAttempts: 3}, items, reps)
 	acquired := map[string]bool{}
 	for i, rep := range reps {
 		if rep.Err != nil {

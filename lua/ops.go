@@ -2,6 +2,7 @@ package lua
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"time"
 )
@@ -11,7 +12,7 @@ type Code int
 
 // Codes returned by the begin script (see begin.lua).
 const (
-	Acquired   Code = 1 // no record, or a retry record: claimed
+	Acquired   Code = 1 // no record, a retry record, or the caller's own claim: claimed
 	TakenOver  Code = 2 // a started record whose lease expired: claimed by the caller
 	InProgress Code = 3 // another owner holds a live lease
 	Duplicate  Code = 4 // completed: Data holds the encoded result
@@ -37,13 +38,14 @@ type BeginArgs struct {
 	Lease       time.Duration
 	Retention   time.Duration
 	MaxAttempts int
+	Now         int64 // unix seconds, the caller's clock: created/updated times only
 }
 
 // BeginItem is one record to claim.
 type BeginItem struct {
-	Key         string // full Redis key of the record
-	Owner       string // owner token of the new attempt
-	Fingerprint string // payload fingerprint, "" when fingerprinting is off
+	Key         string    // full Redis key of the record
+	Owner       string    // owner token of the new attempt, at most 255 bytes
+	Fingerprint *[16]byte // payload fingerprint; nil when fingerprinting is off
 	// Locked says the caller holds the key's distributed lock: the claim is marked
 	// as made under the lock, and a started record claimed under the lock is taken
 	// over even while its lease is live (its holder lost the lock).
@@ -55,41 +57,48 @@ type BeginReply struct {
 	Code     Code
 	Fence    int64
 	Attempts int
-	// Millis is the lease granted (Acquired, TakenOver) or the lease left to the
-	// other owner (InProgress).
-	Millis int64
-	Data   string // result (Duplicate), error text (Failed, Exhausted), reason (Corrupt)
-	Flag   string // dropped size (Duplicate) or failure kind (Failed)
-	Err    error  // the call for this record did not complete
+	// Millis is the lease granted (Acquired, TakenOver; the lease left when the claim
+	// found the caller's own owner token) or the lease left to the other owner (InProgress).
+	Millis  int64
+	Created int64  // when the record was first claimed, unix seconds
+	Data    string // result (Duplicate), error text (Failed, Exhausted), reason (Corrupt)
+	Flag    string // dropped reason (Duplicate) or failure kind (Failed)
+	Err     error  // the call for this record did not complete
 }
 
-// Begin claims items, in one round trip.
-func (r *Runner) Begin(ctx context.Context, a BeginArgs, items []BeginItem) []BeginReply {
-	keys := make([]string, len(items))
-	for i, it := range items {
-		keys[i] = it.Key
+// Begin claims items, in one round trip, writing the answers to out (len(items)).
+func (r *Runner) Begin(ctx context.Context, a BeginArgs, items []BeginItem, out []BeginReply) {
+	for _, it := range items {
+		if len(it.Owner) > maxOwner {
+			for i := range out {
+				out[i] = BeginReply{Err: fmt.Errorf("lua: begin: owner token of %d bytes, over %d", len(it.Owner), maxOwner)}
+			}
+			return
+		}
 	}
-	groups := r.groups(keys)
+	groups := r.groups(len(items), func(i int) string { return items[i].Key })
 	calls := make([]call, len(groups))
 	for gi, g := range groups {
-		c := call{script: BeginScript, keys: make([]string, len(g)), args: make([]any, 3, 3+3*len(g))}
-		c.args[0], c.args[1], c.args[2] = a.Lease.Milliseconds(), a.Retention.Milliseconds(), a.MaxAttempts
-		for j, i := range g {
-			c.keys[j] = items[i].Key
-			locked := "0"
-			if items[i].Locked {
-				locked = "1"
-			}
-			c.args = append(c.args, items[i].Owner, items[i].Fingerprint, locked)
+		size := 0
+		for _, i := range g {
+			size += 2 + startedLen(items[i].Fingerprint != nil, items[i].Owner)
 		}
-		calls[gi] = c
+		blob := make([]byte, 0, size)
+		keys := make([]string, len(g))
+		for j, i := range g {
+			it := items[i]
+			keys[j] = it.Key
+			blob = binary.BigEndian.AppendUint16(blob, uint16(startedLen(it.Fingerprint != nil, it.Owner)))
+			blob = AppendStarted(blob, it.Owner, it.Fingerprint, it.Locked, a.Retention, a.Now)
+		}
+		calls[gi] = call{script: BeginScript, keys: keys,
+			args: []any{a.Lease.Milliseconds(), a.Retention.Milliseconds(), a.MaxAttempts, a.Now, blob}}
 	}
-	out := make([]BeginReply, len(items))
 	for gi, rep := range r.exec(ctx, calls) {
 		g := groups[gi]
 		err := rep.err
 		if err == nil {
-			err = parseBegin(rep.val, g, out)
+			err = parseBegin(rep.val, g, a, out)
 		}
 		if err != nil {
 			for _, i := range g {
@@ -97,12 +106,11 @@ func (r *Runner) Begin(ctx context.Context, a BeginArgs, items []BeginItem) []Be
 			}
 		}
 	}
-	return out
 }
 
 // parseBegin reads the begin script's flat reply: one row per key, whose length
 // its code gives (see begin.lua).
-func parseBegin(v any, g []int, out []BeginReply) error {
+func parseBegin(v any, g []int, a BeginArgs, out []BeginReply) error {
 	flat, ok := v.([]any)
 	if !ok {
 		return fmt.Errorf("lua: begin: malformed reply %T", v)
@@ -124,6 +132,14 @@ func parseBegin(v any, g []int, out []BeginReply) error {
 		return s
 	}
 	for _, i := range g {
+		code, err := next()
+		if err != nil {
+			return fmt.Errorf("lua: begin: %w", err)
+		}
+		if code == 0 { // a fresh claim: the caller knows the rest
+			out[i] = BeginReply{Code: Acquired, Fence: 1, Attempts: 1, Millis: a.Lease.Milliseconds(), Created: a.Now}
+			continue
+		}
 		var vals [4]int64
 		for f := range vals {
 			n, err := next()
@@ -132,7 +148,7 @@ func parseBegin(v any, g []int, out []BeginReply) error {
 			}
 			vals[f] = n
 		}
-		b := BeginReply{Code: Code(vals[0]), Fence: vals[1], Attempts: int(vals[2]), Millis: vals[3]}
+		b := BeginReply{Code: Code(code), Fence: vals[0], Attempts: int(vals[1]), Millis: vals[2], Created: vals[3]}
 		switch b.Code {
 		case Acquired, TakenOver, InProgress, Conflict:
 		case Duplicate, Failed:
@@ -140,7 +156,7 @@ func parseBegin(v any, g []int, out []BeginReply) error {
 		case Exhausted, Corrupt:
 			b.Data = text()
 		default:
-			return fmt.Errorf("lua: begin: unknown code %d", vals[0])
+			return fmt.Errorf("lua: begin: unknown code %d", code)
 		}
 		out[i] = b
 	}
@@ -152,20 +168,28 @@ func parseBegin(v any, g []int, out []BeginReply) error {
 
 // SettleArgs are the settings shared by one settle call.
 type SettleArgs struct {
-	Retention   time.Duration
 	MaxAttempts int
+	Now         int64 // unix seconds, the caller's clock: updated times only
 }
 
 // SettleItem finishes one attempt: Complete stores Result, otherwise the failure is
 // recorded (Permanent or retryable, with Message).
 type SettleItem struct {
-	Key       string
-	Owner     string
+	Key   string
+	Owner string
+	// Fence, Attempts, Created and Fingerprint are the claim's, as Begin answered:
+	// a completion writes the completed record whole.
+	Fence       int64
+	Attempts    int
+	Created     int64
+	Fingerprint *[16]byte
+	// Late says the caller's lease may have run out: the retention starts afresh.
+	Late      bool
 	Complete  bool
 	Result    []byte
 	Dropped   string // "" when Result is kept, else why not: the size, or "unencodable"
 	Permanent bool
-	Message   string
+	Message   string // at most MaxErrorText bytes (see CapError)
 }
 
 // AckReply is the answer of complete, fail, extend or release for one record.
@@ -177,13 +201,9 @@ type AckReply struct {
 // Settle completes or fails items, in one round trip: per hash slot group, one
 // complete call and one fail call at most.
 func (r *Runner) Settle(ctx context.Context, a SettleArgs, items []SettleItem) []AckReply {
-	keys := make([]string, len(items))
-	for i, it := range items {
-		keys[i] = it.Key
-	}
 	var calls []call
 	var members [][]int
-	for _, g := range r.groups(keys) {
+	for _, g := range r.groups(len(items), func(i int) string { return items[i].Key }) {
 		var done, failed []int
 		for _, i := range g {
 			if items[i].Complete {
@@ -193,63 +213,98 @@ func (r *Runner) Settle(ctx context.Context, a SettleArgs, items []SettleItem) [
 			}
 		}
 		if len(done) > 0 {
-			c := call{script: CompleteScript, args: make([]any, 1, 1+3*len(done))}
-			c.args[0] = a.Retention.Milliseconds()
-			for _, i := range done {
-				it := items[i]
-				c.keys = append(c.keys, it.Key)
-				c.args = append(c.args, it.Owner, it.Result, it.Dropped)
-			}
-			calls, members = append(calls, c), append(members, done)
+			calls, members = append(calls, completeCall(a, items, done)), append(members, done)
 		}
 		if len(failed) > 0 {
-			c := call{script: FailScript, args: make([]any, 2, 2+3*len(failed))}
-			c.args[0], c.args[1] = a.Retention.Milliseconds(), a.MaxAttempts
-			for _, i := range failed {
-				it := items[i]
-				mode := "r"
-				if it.Permanent {
-					mode = "p"
-				}
-				c.keys = append(c.keys, it.Key)
-				c.args = append(c.args, it.Owner, mode, it.Message)
-			}
-			calls, members = append(calls, c), append(members, failed)
+			calls, members = append(calls, failCall(a, items, failed)), append(members, failed)
 		}
 	}
 	return r.acks(ctx, calls, members, len(items))
 }
 
-// OwnedKey names a record and the owner token of the attempt that holds it.
+func completeCall(a SettleArgs, items []SettleItem, idx []int) call {
+	size := 0
+	for _, i := range idx {
+		it := &items[i]
+		size += 10 + len(it.Owner) + headerLen + fpLen + len(it.Result) + len(it.Dropped)
+	}
+	blob := make([]byte, 0, size)
+	keys := make([]string, len(idx))
+	for j, i := range idx {
+		it := &items[i]
+		keys[j] = it.Key
+		late := byte('-')
+		if it.Late {
+			late = 'l'
+		}
+		blob = append(blob, late)
+		blob = binary.BigEndian.AppendUint32(blob, uint32(it.Fence))
+		blob = append(blob, byte(len(it.Owner)))
+		blob = append(blob, it.Owner...)
+		at := len(blob)
+		blob = append(blob, 0, 0, 0, 0)
+		blob = AppendCompleted(blob, it.Fence, it.Attempts, it.Fingerprint, it.Created, a.Now, it.Result, it.Dropped)
+		binary.BigEndian.PutUint32(blob[at:], uint32(len(blob)-at-4))
+	}
+	return call{script: CompleteScript, keys: keys, args: []any{blob}}
+}
+
+func failCall(a SettleArgs, items []SettleItem, idx []int) call {
+	size := 0
+	for _, i := range idx {
+		size += 8 + len(items[i].Owner) + len(items[i].Message)
+	}
+	blob := make([]byte, 0, size)
+	keys := make([]string, len(idx))
+	for j, i := range idx {
+		it := &items[i]
+		keys[j] = it.Key
+		msg := CapError(it.Message)
+		mode := byte('r')
+		if it.Permanent {
+			mode = 'p'
+		}
+		blob = binary.BigEndian.AppendUint32(blob, uint32(it.Fence))
+		blob = append(blob, mode, byte(len(it.Owner)))
+		blob = append(blob, it.Owner...)
+		blob = binary.BigEndian.AppendUint16(blob, uint16(len(msg)))
+		blob = append(blob, msg...)
+	}
+	return call{script: FailScript, keys: keys, args: []any{a.Now, a.MaxAttempts, blob}}
+}
+
+// OwnedKey names a record and the attempt that holds it.
 type OwnedKey struct {
 	Key   string
 	Owner string
+	Fence int64
 }
 
 // Extend renews the leases of items to lease from now (Redis time), in one round trip.
-func (r *Runner) Extend(ctx context.Context, lease, retention time.Duration, items []OwnedKey) []AckReply {
-	return r.owned(ctx, ExtendScript, []any{lease.Milliseconds(), retention.Milliseconds()}, items)
+func (r *Runner) Extend(ctx context.Context, lease time.Duration, items []OwnedKey) []AckReply {
+	return r.owned(ctx, ExtendScript, items, false, lease.Milliseconds())
 }
 
 // Release gives the claims of items back without a result, in one round trip.
-func (r *Runner) Release(ctx context.Context, retention time.Duration, items []OwnedKey) []AckReply {
-	return r.owned(ctx, ReleaseScript, []any{retention.Milliseconds()}, items)
+func (r *Runner) Release(ctx context.Context, now int64, items []OwnedKey) []AckReply {
+	return r.owned(ctx, ReleaseScript, items, true, now)
 }
 
-func (r *Runner) owned(ctx context.Context, s *Script, head []any, items []OwnedKey) []AckReply {
-	keys := make([]string, len(items))
-	for i, it := range items {
-		keys[i] = it.Key
-	}
-	groups := r.groups(keys)
+func (r *Runner) owned(ctx context.Context, s *Script, items []OwnedKey, withFence bool, head int64) []AckReply {
+	groups := r.groups(len(items), func(i int) string { return items[i].Key })
 	calls := make([]call, len(groups))
 	for gi, g := range groups {
-		c := call{script: s, args: append(make([]any, 0, len(head)+len(g)), head...)}
-		for _, i := range g {
-			c.keys = append(c.keys, items[i].Key)
-			c.args = append(c.args, items[i].Owner)
+		blob := make([]byte, 0, len(g)*24)
+		keys := make([]string, len(g))
+		for j, i := range g {
+			keys[j] = items[i].Key
+			if withFence {
+				blob = binary.BigEndian.AppendUint32(blob, uint32(items[i].Fence))
+			}
+			blob = append(blob, byte(len(items[i].Owner)))
+			blob = append(blob, items[i].Owner...)
 		}
-		calls[gi] = c
+		calls[gi] = call{script: s, keys: keys, args: []any{head, blob}}
 	}
 	return r.acks(ctx, calls, groups, len(items))
 }

@@ -1,28 +1,38 @@
--- release: give a claim back without a result, so the next delivery may claim it at
--- once. The abandoned attempt is not counted (attempts -1; the fence is kept and the
--- next claim raises it).
+-- release: give claims back without a result, so the next delivery may claim them
+-- at once. The abandoned attempt is not counted (attempts -1; the fence is kept and
+-- the next claim raises it).
 --
--- KEYS[i]    record key
--- ARGV[1]    retention in milliseconds
--- ARGV[1+i]  owner token for KEYS[i]
+-- KEYS[i]  record key
+-- ARGV[1]  now, unix seconds
+-- ARGV[2]  for each key: 4 fence, 1 owner length, owner
 --
 -- Returns one code per key: 1 OK, 2 LEASE_LOST, 8 CORRUPT.
-local retention = tonumber(ARGV[1])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = tonumber(ARGV[1])
+local blob = ARGV[2]
 local out = {}
+local pos = 1
 
 for i, key in ipairs(KEYS) do
-  local rec = redis.pcall('HMGET', key, 's', 'o', 'a')
-  if rec.err then
+  local fence = u32(blob, pos)
+  local olen = string.byte(blob, pos + 4)
+  local owner = string.sub(blob, pos + 5, pos + 4 + olen)
+  pos = pos + 5 + olen
+  local v = redis.pcall('GET', key)
+  local r = parse(v)
+  if type(v) == 'table' or (v and not r) then
     out[i] = 8
-  elseif rec[1] == 'started' and rec[2] == ARGV[1 + i] then
-    local attempts = tonumber(rec[3]) or 1
-    if attempts > 0 then attempts = attempts - 1 end
-    redis.call('HSET', key, 's', 'retry', 'a', attempts, 'l', 0, 'u', now)
-    redis.call('PEXPIRE', key, retention)
+  elseif r and r.state == 1 and r.owner == owner then
+    local flags = 0
+    if r.fp then
+      flags = flags + 8
+    end
+    if r.hist then
+      flags = flags + 16
+    end
+    local val = header(4, flags, r.fence, math.max(r.attempts - 1, 0), r.created, now) .. (r.fp or '') .. (r.hist or '')
+    redis.call('SET', key, val, 'PX', r.ret)
     out[i] = 1
-  elseif rec[1] == 'retry' and rec[2] == ARGV[1 + i] then
+  elseif r and r.state == 4 and r.fence == fence then
     out[i] = 1 -- sent again after a lost reply: already released
   else
     out[i] = 2

@@ -89,13 +89,13 @@ type reply struct {
 	err error
 }
 
-// groups splits the indexes of keys into call groups, each in input order and at
-// most maxRecordsPerCall long.
-func (r *Runner) groups(keys []string) [][]int {
+// groups splits the indexes 0..n-1 of records (key gives each one's key) into call
+// groups, each in input order and at most maxRecordsPerCall long.
+func (r *Runner) groups(n int, key func(i int) string) [][]int {
 	var out [][]int
 	if r.mode == groupNone {
-		for lo := 0; lo < len(keys); lo += maxRecordsPerCall {
-			hi := min(lo+maxRecordsPerCall, len(keys))
+		for lo := 0; lo < n; lo += maxRecordsPerCall {
+			hi := min(lo+maxRecordsPerCall, n)
 			g := make([]int, 0, hi-lo)
 			for i := lo; i < hi; i++ {
 				g = append(g, i)
@@ -105,7 +105,8 @@ func (r *Runner) groups(keys []string) [][]int {
 		return out
 	}
 	at := make(map[any]int)
-	for i, k := range keys {
+	for i := 0; i < n; i++ {
+		k := key(i)
 		var id any = HashTag(k)
 		if r.mode == groupSlot {
 			id = Slot(k)

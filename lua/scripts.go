@@ -7,6 +7,8 @@ import (
 )
 
 var (
+	//go:embed record.lua
+	recordSrc string
 	//go:embed begin.lua
 	beginSrc string
 	//go:embed complete.lua
@@ -28,14 +30,16 @@ type Script struct {
 	s    *redis.Script
 }
 
+// newScript is one script with the record layout's functions before it.
 func newScript(name, src string) *Script {
+	src = recordSrc + "\n" + src
 	return &Script{name: name, src: src, s: redis.NewScript(src)}
 }
 
 // Name is the script's file name without the .lua suffix.
 func (s *Script) Name() string { return s.name }
 
-// Source is the script's Lua text.
+// Source is the script's Lua text, the record layout's functions included.
 func (s *Script) Source() string { return s.src }
 
 // Hash is the SHA-1 digest that EVALSHA uses.

@@ -306,8 +306,8 @@ func testResend(t *testing.T, f Factory) {
 	ctx := context.Background()
 	claim := func(k consumer.Key, owner string) consumer.ClaimReply {
 		t.Helper()
-		a := s.Begin(ctx, []consumer.Claim{{Key: k, Owner: owner, Fingerprint: "fp"}})[0]
-		b := s.Begin(ctx, []consumer.Claim{{Key: k, Owner: owner, Fingerprint: "fp"}})[0]
+		a := s.Begin(ctx, []consumer.Claim{{Key: k, Owner: owner, Fingerprint: consumer.FingerprintOf([]byte("fp"))}})[0]
+		b := s.Begin(ctx, []consumer.Claim{{Key: k, Owner: owner, Fingerprint: consumer.FingerprintOf([]byte("fp"))}})[0]
 		if !a.Claimed() || b.Status != consumer.StatusAcquired || b.Fence != a.Fence || b.Attempts != a.Attempts ||
 			b.Lease <= 0 || b.Lease > s.Settings().Lease {
 			t.Fatalf("claim %+v, sent again %+v: want the same claim with its lease left", a, b)
@@ -326,7 +326,7 @@ func testResend(t *testing.T, f Factory) {
 	} {
 		k := key("resend", tc.name)
 		c := claim(k, "owner-1")
-		tc.st.Key, tc.st.Owner = k, "owner-1"
+		tc.st.Key, tc.st.Owner, tc.st.Ref, tc.st.Fence, tc.st.Attempts = k, "owner-1", c.Ref, c.Fence, c.Attempts
 		for i := 0; i < 2; i++ {
 			rep := s.Settle(ctx, []consumer.Settlement{tc.st})[0]
 			if rep.Err != nil || rep.Terminal != tc.terminal {
@@ -338,8 +338,8 @@ func testResend(t *testing.T, f Factory) {
 			t.Fatalf("%s: record %+v", tc.name, rec)
 		}
 		// Another owner's late call is still refused.
-		other := tc.st
-		other.Owner = "owner-2"
+		other := tc.st // an earlier attempt of the key, long taken over
+		other.Owner, other.Fence = "owner-0", c.Fence-1
 		if err := s.Settle(ctx, []consumer.Settlement{other})[0].Err; !errors.Is(err, consumer.ErrLeaseLost) {
 			t.Fatalf("%s by another owner: %v", tc.name, err)
 		}
@@ -347,7 +347,7 @@ func testResend(t *testing.T, f Factory) {
 	k := key("resend", "release")
 	c := claim(k, "owner-1")
 	for i := 0; i < 2; i++ {
-		if err := s.Release(ctx, []consumer.Owned{{Key: k, Owner: "owner-1"}})[0]; err != nil {
+		if err := s.Release(ctx, []consumer.Owned{{Key: k, Owner: "owner-1", Fence: c.Fence}})[0]; err != nil {
 			t.Fatalf("release, call %d: %v", i+1, err)
 		}
 	}

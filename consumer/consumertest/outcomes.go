@@ -260,11 +260,11 @@ func testConflict(t *testing.T, f Factory) {
 	// A conflict is found in every state, also while the first run holds the key.
 	k2 := key("conflict-running")
 	st := must(t, f)
-	reps := st.Begin(ctx, []consumer.Claim{{Key: k2, Owner: "a", Fingerprint: "fp-a"}})
+	reps := st.Begin(ctx, []consumer.Claim{{Key: k2, Owner: "a", Fingerprint: consumer.FingerprintOf([]byte("a"))}})
 	if !reps[0].Claimed() {
 		t.Fatalf("claim = %+v", reps[0])
 	}
-	reps = st.Begin(ctx, []consumer.Claim{{Key: k2, Owner: "b", Fingerprint: "fp-b"}})
+	reps = st.Begin(ctx, []consumer.Claim{{Key: k2, Owner: "b", Fingerprint: consumer.FingerprintOf([]byte("b"))}})
 	if reps[0].Status != consumer.StatusConflict {
 		t.Fatalf("claim with another fingerprint while started = %v, want CONFLICT", reps[0].Status)
 	}

@@ -103,6 +103,8 @@ func run(n int, dupShare float64) error {
 			return err
 		}
 		defer mini.Close()
+		stopClock := runClock(mini)
+		defer stopClock()
 		redisAddr, redisWhere = mini.Addr(), "in-process Redis (miniredis) running idemkit's Lua scripts"
 	}
 
@@ -299,4 +301,26 @@ func lag(ctx context.Context, admin *kgo.Client, topic string) int64 {
 		total += o.Offset - at
 	})
 	return total
+}
+
+// runClock counts miniredis's TTLs down in step with the real clock (miniredis
+// moves them only when told; leases are TTLs) until the returned stop is called.
+func runClock(mini *miniredis.Miniredis) (stop func()) {
+	done, exited := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(exited)
+		t := time.NewTicker(5 * time.Millisecond)
+		defer t.Stop()
+		last := time.Now()
+		for {
+			select {
+			case <-done:
+				return
+			case now := <-t.C:
+				mini.FastForward(now.Sub(last))
+				last = now
+			}
+		}
+	}()
+	return func() { close(done); <-exited }
 }
