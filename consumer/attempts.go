@@ -23,7 +23,7 @@ type attempts[T any] struct {
 	out    []Result[T]
 	stopAt int // with stopOnFail: no item after this index starts
 
-	idx     []int      // item index of each attempt
+	idx     []int        // item index of each attempt
 	claims  []Settlement // each attempt's claim, as a settlement still to fill
 	beats   []*beat
 	hctxs   []context.Context

@@ -36,7 +36,7 @@ type Store interface {
 // Claim asks to begin an attempt on Key.
 type Claim struct {
 	Key         Key
-	Owner       string // owner token of the new attempt (random per attempt)
+	Owner       string      // owner token of the new attempt (random per attempt)
 	Fingerprint Fingerprint // payload fingerprint; zero when fingerprinting is off
 	// Locked says the caller holds the key's distributed lock (WithLock). The claim
 	// is recorded as made under the lock, and a started record whose claim was made
