@@ -14,19 +14,23 @@ import (
 // settles them: completions and failures are compare-and-set on the owner token,
 // retried while the attempt's claim is live; claims whose handler never started,
 // was abandoned, or was cut short by the loss of its lease are released.
+//
+// Attempt k is item idx[k]. Its per-attempt state lives in slices allocated once
+// per pass, so a batch costs a few allocations, not a few per message.
 type attempts[T any] struct {
 	store  Store
 	s      Settings
+	sc     *scratch
 	bc     batchConfig
 	fn     BatchHandler[T]
 	items  []BatchItem
 	out    []Result[T]
 	stopAt int // with stopOnFail: no item after this index starts
 
-	idx     []int        // item index of each attempt
-	claims  []Settlement // each attempt's claim, as a settlement still to fill
-	beats   []*beat
-	hctxs   []context.Context
+	idx     []int
+	sts     []Settlement // each attempt's claim; filled in as its settlement
+	ctxs    []itemCtx
+	beats   []beat // handed to the heartbeat
 	values  []T
 	herrs   []error
 	started []bool
@@ -34,35 +38,46 @@ type attempts[T any] struct {
 	hb      *heartbeat
 }
 
-func newAttempts[T any](store Store, s Settings, bc batchConfig, fn BatchHandler[T], items []BatchItem,
-	out []Result[T], stopAt int) *attempts[T] {
-	return &attempts[T]{store: store, s: s, bc: bc, fn: fn, items: items, out: out, stopAt: stopAt}
+func newAttempts[T any](store Store, s Settings, sc *scratch, bc batchConfig, fn BatchHandler[T], items []BatchItem,
+	out []Result[T], stopAt int, n int) *attempts[T] {
+	a := &attempts[T]{store: store, s: s, sc: sc, bc: bc, fn: fn, items: items, out: out, stopAt: stopAt,
+		idx: sc.idx[:0], sts: sc.sts[:0], ctxs: make([]itemCtx, 0, n), beats: sc.beats[:0]}
+	if cap(a.sts) < n {
+		a.idx, a.sts, a.beats = make([]int, 0, n), make([]Settlement, 0, n), make([]beat, 0, n)
+	}
+	return a
 }
 
 // add registers item i's claim c, answered by rep, whose call was sent at sent.
 func (a *attempts[T]) add(ctx context.Context, i int, c Claim, rep ClaimReply, sent time.Time) {
-	hctx, cancel := context.WithCancelCause(ctx)
 	it := a.items[i]
+	hctx, cancel := context.WithCancelCause(ctx)
 	a.idx = append(a.idx, i)
-	a.claims = append(a.claims, Settlement{Key: it.Key, Owner: c.Owner, Ref: rep.Ref, Fence: rep.Fence,
-		Attempts: rep.Attempts, Created: rep.Created, Fingerprint: c.Fingerprint})
-	a.hctxs = append(a.hctxs, withInfo(hctx, Info{Key: it.Key, Scope: a.s.Scope, Attempt: rep.Attempts, Fence: rep.Fence}))
-	a.beats = append(a.beats, newBeat(Owned{Key: it.Key, Owner: c.Owner, Ref: rep.Ref, Fence: rep.Fence}, cancel, sent,
-		rep.Lease, LeaseMargin(a.s.Lease)))
+	a.sts = append(a.sts, Settlement{Key: it.Key, Owner: c.Owner, Ref: rep.Ref, Fence: rep.Fence,
+		Attempts: rep.Attempts, Created: rep.Created, Fingerprint: rep.Fingerprint})
+	a.ctxs = append(a.ctxs, itemCtx{Context: hctx, info: Info{Key: it.Key, Scope: a.s.Scope, Attempt: rep.Attempts, Fence: rep.Fence}})
+	a.beats = append(a.beats, newBeat(cancel, sent, rep.Lease, LeaseMargin(a.s.Lease)))
 	a.out[i] = Result[T]{Key: it.Key, Attempt: rep.Attempts, Fence: rep.Fence}
+}
+
+// owned names attempt k's claim. The claim's fields never change after add, so
+// the heartbeat may read them at any time.
+func (a *attempts[T]) owned(k int) Owned {
+	st := &a.sts[k]
+	return Owned{Key: st.Key, Owner: st.Owner, Ref: st.Ref, Fence: st.Fence}
 }
 
 // run runs every handler, settles every attempt and stops the heartbeat, also
 // when something panics on the way.
 func (a *attempts[T]) run(ctx context.Context) {
 	n := len(a.idx)
-	a.values, a.herrs, a.started = make([]T, n), make([]error, n), make([]bool, n)
-	a.hb = startHeartbeat(ctx, a.store, a.s, a.beats)
+	a.values, a.herrs, a.started = make([]T, n), sized(a.sc.herrs, n), sized(a.sc.started, n)
+	a.hb = startHeartbeat(ctx, a.store, a.s, a.beats, a.owned)
 	defer func() {
 		a.hb.stop()
-		for _, b := range a.beats {
-			b.cancel(context.Canceled)
-		}
+		a.hb.cancelAll()
+		sc := a.sc // the heartbeat is stopped: its slices may serve another batch
+		sc.idx, sc.sts, sc.beats, sc.herrs, sc.started = a.idx, a.sts, a.beats, a.herrs, a.started
 	}()
 	if a.bc.concurrency <= 1 {
 		for k := range a.idx {
@@ -85,13 +100,19 @@ func (a *attempts[T]) run(ctx context.Context) {
 		}
 		wg.Wait()
 	}
+	if !a.bc.perMessage {
+		a.settle(ctx, nil)
+		return
+	}
 	var rest []int
 	for k := range a.idx {
-		if !a.bc.perMessage || !a.started[k] {
+		if !a.started[k] {
 			rest = append(rest, k)
 		}
 	}
-	a.settle(ctx, rest)
+	if len(rest) > 0 {
+		a.settle(ctx, rest)
+	}
 }
 
 // one runs attempt k's handler, and settles it at once under per-message completion.
@@ -100,11 +121,11 @@ func (a *attempts[T]) one(ctx context.Context, k int) {
 	switch {
 	case ctx.Err() != nil, a.bc.stopOnFail && (a.failed.Load() || i > a.stopAt):
 		return // never started: released when the pass settles
-	case a.hctxs[k].Err() != nil:
+	case a.ctxs[k].Err() != nil:
 		return // the lease ran out before its turn came: released likewise
 	}
 	a.started[k] = true
-	a.values[k], a.herrs[k] = callHandler(a.hctxs[k], a.fn, i, a.items[i])
+	a.values[k], a.herrs[k] = callHandler(&a.ctxs[k], a.fn, i, a.items[i])
 	if a.herrs[k] != nil {
 		a.failed.Store(true)
 	}
@@ -130,12 +151,16 @@ func (a *attempts[T]) recovered(k int, p any) {
 	a.out[i].Outcome, a.out[i].Err = Error, perr
 }
 
-// settle records the attempts ks: completions and failures through the store,
-// releases for those that never started, were abandoned or lost their lease
-// before the handler finished with an error.
+// settle records the attempts ks (nil: every attempt of the pass): completions and
+// failures through the store, releases for those that never started, were
+// abandoned, or lost their lease before the handler finished with an error.
 func (a *attempts[T]) settle(ctx context.Context, ks []int) {
-	if len(ks) == 0 {
-		return
+	all := ks == nil
+	if all {
+		ks = make([]int, len(a.idx))
+		for k := range ks {
+			ks[k] = k
+		}
 	}
 	defer func() {
 		if p := recover(); p != nil {
@@ -144,9 +169,7 @@ func (a *attempts[T]) settle(ctx context.Context, ks []int) {
 			}
 		}
 	}()
-	var sts []Settlement
 	var settled, released []int
-	var release []Owned
 	// A claim that lost its lease to the deadline runs out on the store within the
 	// margin anyway: its release is not worth a long wait.
 	releaseBound := max(LeaseMargin(a.s.Lease), 50*time.Millisecond)
@@ -154,60 +177,78 @@ func (a *attempts[T]) settle(ctx context.Context, ks []int) {
 		i := a.idx[k]
 		r := &a.out[i]
 		herr := a.herrs[k]
-		switch {
+		switch lost := a.hb.lostErr(k); {
 		case !a.started[k]:
-			released, release = append(released, k), append(release, a.beats[k].owned)
-			releaseBound = a.s.CallTimeout
+			released, releaseBound = append(released, k), a.s.CallTimeout
 			r.Outcome = Error
 			switch cause := context.Cause(ctx); {
 			case cause != nil:
 				r.Err = fmt.Errorf("%w: %w", ErrNotRun, cause)
-			case a.hb.lostErr(a.beats[k]) != nil:
-				r.Err = fmt.Errorf("%w: %w", ErrNotRun, a.hb.lostErr(a.beats[k]))
+			case lost != nil:
+				r.Err = fmt.Errorf("%w: %w", ErrNotRun, lost)
 			default:
 				r.Err = fmt.Errorf("%w: an earlier item of the batch was not settled", ErrNotRun)
 			}
 		case errors.Is(herr, ErrAbandoned):
-			released, release = append(released, k), append(release, a.beats[k].owned)
-			releaseBound = a.s.CallTimeout
+			released, releaseBound = append(released, k), a.s.CallTimeout
 			r.Outcome, r.Err = Error, herr
-		case herr != nil && a.hb.lostErr(a.beats[k]) != nil:
+		case herr != nil && lost != nil:
 			// Cut short by the loss of its lease: not counted as an attempt.
-			released, release = append(released, k), append(release, a.beats[k].owned)
-			r.Outcome, r.Err = Error, a.hb.lostErr(a.beats[k])
+			released = append(released, k)
+			r.Outcome, r.Err = Error, lost
 		default:
-			claim := a.claims[k]
-			claim.Late = !a.hb.live(a.beats[k])
-			st, dropped := settlement(a.s, claim, a.values[k], herr)
-			r.ResultDropped = dropped
-			sts, settled = append(sts, st), append(settled, k)
+			a.sts[k].Late = !a.hb.live(k)
+			r.ResultDropped = fillSettlement(a.s, &a.sts[k], a.values[k], herr)
+			settled = append(settled, k)
 		}
 	}
-	if len(sts) > 0 {
-		reps := a.send(ctx, sts, settled)
-		for n, k := range settled {
+	if len(settled) > 0 {
+		a.sendSettled(ctx, settled, all && len(settled) == len(a.idx))
+	}
+	if len(released) > 0 {
+		a.release(ctx, released, releaseBound)
+	}
+}
+
+// sendSettled sends the settlements of attempts ks (every attempt, in order, when
+// whole) and fills their results.
+func (a *attempts[T]) sendSettled(ctx context.Context, ks []int, whole bool) {
+	sts := a.sts
+	if !whole {
+		sts = make([]Settlement, len(ks))
+		for n, k := range ks {
+			sts[n] = a.sts[k]
+		}
+	}
+	reps := a.send(ctx, sts, ks)
+	for n, k := range ks {
+		r := &a.out[a.idx[k]]
+		finishResult(r, a.values[k], a.herrs[k], reps[n])
+		if lost := a.hb.finish(k); lost != nil && errors.Is(r.Err, ErrLeaseLost) {
+			r.Err = lost
+		}
+		if errors.Is(r.Err, ErrLeaseLost) {
+			a.s.Logger.Warn("consumer: lease lost while the handler ran: result not stored",
+				"key", string(r.Key), "fence", r.Fence, "err", r.Err)
+		}
+	}
+}
+
+// release gives the claims of attempts ks back, waiting at most bound.
+func (a *attempts[T]) release(ctx context.Context, ks []int, bound time.Duration) {
+	owned := make([]Owned, len(ks))
+	for n, k := range ks {
+		owned[n] = a.owned(k)
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(bound, a.s.CallTimeout))
+	errs := a.store.Release(rctx, owned) // a failed release only delays the next claim until the lease expires
+	cancel()
+	for n, k := range ks {
+		a.hb.finish(k)
+		if n < len(errs) && errors.Is(errs[n], ErrLeaseLost) && a.started[k] {
 			r := &a.out[a.idx[k]]
-			finishResult(r, a.values[k], a.herrs[k], reps[n])
-			if lost := a.hb.finish(a.beats[k]); lost != nil && errors.Is(r.Err, ErrLeaseLost) {
-				r.Err = lost
-			}
-			if errors.Is(r.Err, ErrLeaseLost) {
-				a.s.Logger.Warn("consumer: lease lost while the handler ran: result not stored",
-					"key", string(r.Key), "fence", r.Fence, "err", r.Err)
-			}
-		}
-	}
-	if len(release) > 0 {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(releaseBound, a.s.CallTimeout))
-		errs := a.store.Release(rctx, release) // a failed release only delays the next claim until the lease expires
-		cancel()
-		for n, k := range released {
-			a.hb.finish(a.beats[k])
-			if n < len(errs) && errors.Is(errs[n], ErrLeaseLost) && a.started[k] {
-				r := &a.out[a.idx[k]]
-				if !errors.Is(r.Err, ErrLeaseLost) {
-					r.Err = fmt.Errorf("%w (handler error: %w)", errs[n], r.Err)
-				}
+			if !errors.Is(r.Err, ErrLeaseLost) {
+				r.Err = fmt.Errorf("%w (handler error: %w)", errs[n], r.Err)
 			}
 		}
 	}
@@ -217,37 +258,19 @@ func (a *attempts[T]) settle(ctx context.Context, ks []int) {
 // was unreachable; the last one repeats.
 var settleDelays = []time.Duration{10 * time.Millisecond, 50 * time.Millisecond, 200 * time.Millisecond, 500 * time.Millisecond}
 
-// send sends settlements, and sends again those that met an unreachable store
-// for as long as their attempt's claim is live (the heartbeat keeps renewing it).
-// It does not use ctx's cancellation: a handler that ran must be recorded if at all
-// possible. Every attempt is sent at least once: a claim whose lease ran out is
-// still the owner's until someone else takes it, and the compare-and-set tells.
+// send sends settlements sts of attempts ks, and sends again those that met an
+// unreachable store for as long as their attempt's claim is live (the heartbeat
+// keeps renewing it). It does not use ctx's cancellation: a handler that ran must
+// be recorded if at all possible. Every attempt is sent at least once: a claim whose
+// lease ran out is still the owner's until someone else takes it, and the
+// compare-and-set tells.
 func (a *attempts[T]) send(ctx context.Context, sts []Settlement, ks []int) []SettleReply {
 	ctx = context.WithoutCancel(ctx)
-	out := make([]SettleReply, len(sts))
-	idx := make([]int, len(sts))
-	for n := range idx {
-		idx[n] = n
-	}
+	out := a.settleOnce(ctx, sts)
 	for try := 0; ; try++ {
-		batch := sts
-		if len(idx) < len(sts) {
-			batch = make([]Settlement, len(idx))
-			for j, n := range idx {
-				batch[j] = sts[n]
-			}
-		}
-		cctx, cancel := context.WithTimeout(ctx, a.s.CallTimeout)
-		reps := a.store.Settle(cctx, batch)
-		cancel()
 		var again []int
-		for j, n := range idx {
-			if j < len(reps) {
-				out[n] = reps[j]
-			} else {
-				out[n] = SettleReply{Err: &StoreError{Op: "settle", Err: errors.New("the store answered fewer items than it was sent")}}
-			}
-			if errors.Is(out[n].Err, ErrStoreUnavailable) && a.hb.live(a.beats[ks[n]]) {
+		for n := range out {
+			if errors.Is(out[n].Err, ErrStoreUnavailable) && a.hb.live(ks[n]) {
 				again = append(again, n)
 			}
 		}
@@ -255,8 +278,28 @@ func (a *attempts[T]) send(ctx context.Context, sts []Settlement, ks []int) []Se
 			return out
 		}
 		time.Sleep(settleDelays[min(try, len(settleDelays)-1)])
-		idx = again
+		batch := make([]Settlement, len(again))
+		for j, n := range again {
+			batch[j] = sts[n]
+		}
+		for j, rep := range a.settleOnce(ctx, batch) {
+			out[again[j]] = rep
+		}
 	}
+}
+
+// settleOnce is one bounded Settle call, answering every item.
+func (a *attempts[T]) settleOnce(ctx context.Context, sts []Settlement) []SettleReply {
+	cctx, cancel := context.WithTimeout(ctx, a.s.CallTimeout)
+	reps := a.store.Settle(cctx, sts)
+	cancel()
+	if len(reps) < len(sts) {
+		short := &StoreError{Op: "settle", Err: errors.New("the store answered fewer items than it was sent")}
+		for len(reps) < len(sts) {
+			reps = append(reps, SettleReply{Err: short})
+		}
+	}
+	return reps
 }
 
 // callHandler runs fn, turning a panic into a *PanicError.

@@ -109,13 +109,19 @@ func execute[T any](ctx context.Context, store Store, items []BatchItem, fn Batc
 	if s.Locker != nil && !bc.locked {
 		return executeLocked(ctx, store, s, items, fn, bc)
 	}
+	sc := getScratch()
+	defer sc.put()
 	out := make([]Result[T], len(items))
-	fps := make([]Fingerprint, len(items))
-	leader := make([]int, len(items)) // first item with the same key; -1 when invalid
-	pending := make([]int, 0, len(items))
+	fps := sized(sc.fps, len(items))
+	leader := sized(sc.leader, len(items)) // first item with the same key; -1 when invalid
+	pending := sc.pending[:0]
+	sc.fps, sc.leader = fps, leader
 	var seen map[Key]int
 	if len(items) > 1 {
-		seen = make(map[Key]int, len(items))
+		if sc.seen == nil {
+			sc.seen = make(map[Key]int, len(items))
+		}
+		seen = sc.seen
 	}
 	stopAt := len(items) // with stopOnFail: no item after this index runs
 	for i, it := range items {
@@ -140,10 +146,11 @@ func execute[T any](ctx context.Context, store Store, items []BatchItem, fn Batc
 		leader[i] = i
 		pending = append(pending, i)
 	}
+	sc.pending = pending
 
 	deadline := time.Now().Add(s.WaitInProgress)
 	for len(pending) > 0 {
-		waiting := runPass(ctx, store, s, items, fps, pending, fn, bc, out, &stopAt)
+		waiting := runPass(ctx, store, s, sc, items, fps, pending, fn, bc, out, &stopAt)
 		if len(waiting) == 0 || s.WaitInProgress == 0 || ctx.Err() != nil {
 			break
 		}
@@ -180,11 +187,13 @@ func execute[T any](ctx context.Context, store Store, items []BatchItem, fn Batc
 
 // runPass claims pending items, runs the claimed ones and records every result.
 // It returns the items found in progress.
-func runPass[T any](ctx context.Context, store Store, s Settings, items []BatchItem, fps []Fingerprint,
+func runPass[T any](ctx context.Context, store Store, s Settings, sc *scratch, items []BatchItem, fps []Fingerprint,
 	pending []int, fn BatchHandler[T], bc batchConfig, out []Result[T], stopAt *int) (waiting []int) {
-	claims := make([]Claim, len(pending))
+	claims := sized(sc.claims, len(pending))
+	sc.claims = claims
+	owners := newOwners(len(pending))
 	for j, i := range pending {
-		claims[j] = Claim{Key: items[i].Key, Owner: newOwner(), Fingerprint: fps[i], Locked: bc.underLock}
+		claims[j] = Claim{Key: items[i].Key, Owner: owners[j], Fingerprint: fps[i], Locked: bc.underLock}
 	}
 	sent := time.Now()
 	// A claim answered later than its lease less the margin could not be used.
@@ -212,7 +221,7 @@ func runPass[T any](ctx context.Context, store Store, s Settings, items []BatchI
 		}
 	}
 	if len(run) > 0 {
-		a := newAttempts(store, s, bc, fn, items, out, *stopAt)
+		a := newAttempts(store, s, sc, bc, fn, items, out, *stopAt, len(run))
 		for _, j := range run {
 			a.add(ctx, pending[j], claims[j], reps[j], sent)
 		}

@@ -21,8 +21,30 @@ func withInfo(ctx context.Context, in Info) context.Context {
 
 // InfoFromContext returns the attempt's key, attempt number and fence, inside a handler.
 func InfoFromContext(ctx context.Context) (Info, bool) {
-	in, ok := ctx.Value(infoKey{}).(Info)
-	return in, ok
+	switch in := ctx.Value(infoKey{}).(type) {
+	case *Info:
+		return *in, true
+	case Info:
+		return in, true
+	}
+	return Info{}, false
+}
+
+// itemCtx is a claimed attempt's handler context: a cancellable child of the
+// batch's context (cancelled with a *LeaseLostError cause when the lease is lost)
+// that also answers the attempt's Info. A batch allocates its items' itemCtx values
+// in one slice, so the Info costs no allocation of its own.
+type itemCtx struct {
+	context.Context
+	info Info
+}
+
+// Value answers the attempt's Info, and asks the parent for anything else.
+func (c *itemCtx) Value(key any) any {
+	if _, ok := key.(infoKey); ok {
+		return &c.info
+	}
+	return c.Context.Value(key)
 }
 
 // FenceFromContext returns the attempt's fence, inside a handler. Pass it to a store

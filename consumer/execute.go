@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync/atomic"
 
 	"github.com/idemkit/idemkit/lua"
@@ -51,7 +52,28 @@ var (
 	ownerSeq atomic.Uint64
 )
 
-func newOwner() string { return ownerPrefix + strconv.FormatUint(ownerSeq.Add(1), 36) }
+func newOwner() string { return newOwners(1)[0] }
+
+// newOwners returns n fresh owner tokens, made in one allocation.
+func newOwners(n int) []string {
+	last := ownerSeq.Add(uint64(n))
+	var sb strings.Builder
+	sb.Grow(n * (len(ownerPrefix) + 8))
+	ends := make([]int, n)
+	var num [13]byte
+	for i := 0; i < n; i++ {
+		sb.WriteString(ownerPrefix)
+		sb.Write(strconv.AppendUint(num[:0], last-uint64(n-1-i), 36))
+		ends[i] = sb.Len()
+	}
+	all := sb.String()
+	out := make([]string, n)
+	start := 0
+	for i, end := range ends {
+		out[i], start = all[start:end], end
+	}
+	return out
+}
 
 // resolve turns a reply that is not a claim into a result.
 func resolve[T any](s Settings, key Key, rep ClaimReply) Result[T] {
@@ -94,29 +116,28 @@ func resolve[T any](s Settings, key Key, rep ClaimReply) Result[T] {
 	return r
 }
 
-// settlement prepares the record of a finished handler whose claim st already
-// names; dropped says the result was not kept.
-func settlement(s Settings, st Settlement, v any, herr error) (_ Settlement, dropped bool) {
-	key := st.Key
+// fillSettlement fills st, which names a finished handler's claim, with its
+// outcome; it reports whether the result was dropped (not kept).
+func fillSettlement(s Settings, st *Settlement, v any, herr error) (dropped bool) {
 	if herr != nil && !errors.Is(herr, ErrAlreadyApplied) {
 		st.Permanent = errors.Is(herr, ErrPermanent)
 		st.Message = lua.CapError(herr.Error())
-		return st, false
+		return false
 	}
 	st.Complete = true
 	data, err := marshal(s.Codec, v)
 	switch {
 	case err != nil:
-		s.Logger.Error("consumer: result not kept: it could not be encoded", "key", string(key), "err", err)
+		s.Logger.Error("consumer: result not kept: it could not be encoded", "key", string(st.Key), "err", err)
 		st.Dropped = "unencodable"
 	case len(data) > s.MaxResultSize:
-		s.Logger.Warn("consumer: result not kept: over the size limit", "key", string(key),
+		s.Logger.Warn("consumer: result not kept: over the size limit", "key", string(st.Key),
 			"size", len(data), "limit", s.MaxResultSize)
 		st.Dropped = strconv.Itoa(len(data))
 	default:
 		st.Result = data
 	}
-	return st, st.Dropped != ""
+	return st.Dropped != ""
 }
 
 // marshal encodes v, turning a panic in the codec (or in a MarshalJSON method)

@@ -29,6 +29,7 @@ func LeaseMargin(lease time.Duration) time.Duration { return lease/100 + lease/1
 // runs on timers, so a handler that returns within lease/3 costs no goroutine.
 type heartbeat struct {
 	store    Store
+	owned    func(k int) Owned // attempt k's claim
 	lease    time.Duration
 	margin   time.Duration
 	interval time.Duration
@@ -39,36 +40,42 @@ type heartbeat struct {
 	renew   *time.Timer
 	guard   *time.Timer
 	wg      sync.WaitGroup // a renewal in flight
-	items   []*beat
+	items   []beat
 }
 
-// beat is one attempt under the heartbeat.
+// beat is one attempt under the heartbeat. Times are monotonic (see mono).
 type beat struct {
-	owned    Owned
 	cancel   context.CancelCauseFunc
-	deadline time.Time // local deadline: see LeaseMargin
-	renewed  time.Time // send time of the last successful claim or renewal
+	deadline int64 // local deadline: see LeaseMargin
+	renewed  int64 // send time of the last successful claim or renewal
 	lost     *LeaseLostError
 	done     bool // settled: no longer renewed or guarded
 }
 
+// epoch anchors mono: a monotonic clock in nanoseconds, cheaper to keep per
+// attempt than a time.Time.
+var epoch = time.Now()
+
+func mono(t time.Time) int64 { return int64(t.Sub(epoch)) }
+
 // newBeat is an attempt whose claim call was sent at sent and granted lease (the
 // lease left, for a claim that found its own owner token).
-func newBeat(owned Owned, cancel context.CancelCauseFunc, sent time.Time, lease, margin time.Duration) *beat {
-	return &beat{owned: owned, cancel: cancel, renewed: sent, deadline: sent.Add(lease - margin)}
+func newBeat(cancel context.CancelCauseFunc, sent time.Time, lease, margin time.Duration) beat {
+	return beat{cancel: cancel, renewed: mono(sent), deadline: mono(sent) + int64(lease-margin)}
 }
 
-// startHeartbeat starts renewing and guarding items. ctx's values reach the store;
-// its cancellation does not stop renewals (stop does).
-func startHeartbeat(ctx context.Context, store Store, s Settings, items []*beat) *heartbeat {
-	h := &heartbeat{store: store, lease: s.Lease, margin: LeaseMargin(s.Lease), interval: s.Lease / 3, items: items}
+// startHeartbeat starts renewing and guarding items, which it owns from now on
+// (attempts refer to them by index; owned names attempt k's claim). ctx's values
+// reach the store; its cancellation does not stop renewals (stop does).
+func startHeartbeat(ctx context.Context, store Store, s Settings, items []beat, owned func(k int) Owned) *heartbeat {
+	h := &heartbeat{store: store, owned: owned, lease: s.Lease, margin: LeaseMargin(s.Lease), interval: s.Lease / 3, items: items}
 	h.bound = min(h.interval, s.CallTimeout)
 	ctx = context.WithoutCancel(ctx)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.renew = time.AfterFunc(h.interval, func() { h.tick(ctx) })
 	h.guard = time.AfterFunc(time.Hour, h.expire)
-	h.armGuard(time.Now())
+	h.armGuard(mono(time.Now()))
 	return h
 }
 
@@ -80,10 +87,10 @@ func (h *heartbeat) tick(ctx context.Context) {
 	}
 	h.wg.Add(1)
 	defer h.wg.Done()
-	var live []*beat
-	for _, b := range h.items {
-		if !b.done && b.lost == nil {
-			live = append(live, b)
+	var live []int
+	for k := range h.items {
+		if b := &h.items[k]; !b.done && b.lost == nil {
+			live = append(live, k)
 		}
 	}
 	h.mu.Unlock()
@@ -91,36 +98,37 @@ func (h *heartbeat) tick(ctx context.Context) {
 	next := h.interval
 	if len(live) > 0 {
 		owned := make([]Owned, len(live))
-		for i, b := range live {
-			owned[i] = b.owned
+		for n, k := range live {
+			owned[n] = h.owned(k)
 		}
-		sent := time.Now()
+		sent := mono(time.Now())
 		cctx, cancel := context.WithTimeout(ctx, h.bound)
 		errs := h.store.Extend(cctx, owned)
 		cancel()
 		h.mu.Lock()
-		for i, b := range live {
+		for n, k := range live {
+			b := &h.items[k]
 			var err error
-			if i < len(errs) {
-				err = errs[i]
+			if n < len(errs) {
+				err = errs[n]
 			} else {
 				err = &StoreError{Op: "extend", Err: errors.New("the store answered fewer items than it was sent")}
 			}
 			switch {
 			case b.done || b.lost != nil:
 			case err == nil:
-				if dl := sent.Add(h.lease - h.margin); dl.After(b.deadline) {
+				if dl := sent + int64(h.lease-h.margin); dl > b.deadline {
 					b.deadline, b.renewed = dl, sent
 				}
 			case errors.Is(err, ErrLeaseLost):
-				h.lose(b, "another owner took the claim over (renewal refused)")
+				h.lose(k, "another owner took the claim over (renewal refused)")
 			case errors.Is(err, ErrStoreUnavailable):
 				next = max(h.interval/4, time.Millisecond) // try again well before the deadline
 			default:
-				h.lose(b, err.Error())
+				h.lose(k, err.Error())
 			}
 		}
-		h.armGuard(time.Now())
+		h.armGuard(mono(time.Now()))
 		h.mu.Unlock()
 	}
 
@@ -138,57 +146,68 @@ func (h *heartbeat) expire() {
 	if h.stopped {
 		return
 	}
-	now := time.Now()
-	for _, b := range h.items {
-		if !b.done && b.lost == nil && !now.Before(b.deadline) {
-			h.lose(b, fmt.Sprintf("the lease was not renewed in time: last renewal sent %v ago, lease %v, margin %v",
-				now.Sub(b.renewed).Round(time.Millisecond), h.lease, h.margin))
+	now := mono(time.Now())
+	for k := range h.items {
+		if b := &h.items[k]; !b.done && b.lost == nil && now >= b.deadline {
+			h.lose(k, fmt.Sprintf("the lease was not renewed in time: last renewal sent %v ago, lease %v, margin %v",
+				time.Duration(now-b.renewed).Round(time.Millisecond), h.lease, h.margin))
 		}
 	}
 	h.armGuard(now)
 }
 
 // armGuard sets the guard to the earliest deadline of a live attempt. h.mu is held.
-func (h *heartbeat) armGuard(now time.Time) {
-	var first time.Time
-	for _, b := range h.items {
-		if !b.done && b.lost == nil && (first.IsZero() || b.deadline.Before(first)) {
-			first = b.deadline
+func (h *heartbeat) armGuard(now int64) {
+	first, any := int64(0), false
+	for k := range h.items {
+		if b := &h.items[k]; !b.done && b.lost == nil && (!any || b.deadline < first) {
+			first, any = b.deadline, true
 		}
 	}
-	if first.IsZero() {
+	if !any {
 		h.guard.Stop()
 		return
 	}
-	h.guard.Reset(max(first.Sub(now), 0))
+	h.guard.Reset(time.Duration(max(first-now, 0)))
 }
 
-// lose marks b lost and cancels its handler. h.mu is held.
-func (h *heartbeat) lose(b *beat, reason string) {
-	b.lost = &LeaseLostError{Key: b.owned.Key, Fence: b.owned.Fence, Reason: reason}
+// lose marks attempt k lost and cancels its handler. h.mu is held.
+func (h *heartbeat) lose(k int, reason string) {
+	o := h.owned(k)
+	b := &h.items[k]
+	b.lost = &LeaseLostError{Key: o.Key, Fence: o.Fence, Reason: reason}
 	b.cancel(b.lost)
 }
 
-// finish stops renewing and guarding b (it is settled) and reports whether it was lost first.
-func (h *heartbeat) finish(b *beat) *LeaseLostError {
+// finish stops renewing and guarding attempt k (it is settled) and reports whether
+// it was lost first.
+func (h *heartbeat) finish(k int) *LeaseLostError {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	b.done = true
-	return b.lost
+	h.items[k].done = true
+	return h.items[k].lost
 }
 
-// lostErr reports whether b was lost.
-func (h *heartbeat) lostErr(b *beat) *LeaseLostError {
+// lostErr reports whether attempt k was lost.
+func (h *heartbeat) lostErr(k int) *LeaseLostError {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return b.lost
+	return h.items[k].lost
 }
 
-// live reports whether b's local deadline is still ahead.
-func (h *heartbeat) live(b *beat) bool {
+// live reports whether attempt k's local deadline is still ahead.
+func (h *heartbeat) live(k int) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return b.lost == nil && time.Now().Before(b.deadline)
+	b := &h.items[k]
+	return b.lost == nil && mono(time.Now()) < b.deadline
+}
+
+// cancelAll cancels every attempt's handler context (the batch is over).
+func (h *heartbeat) cancelAll() {
+	for k := range h.items {
+		h.items[k].cancel(context.Canceled)
+	}
 }
 
 // stop ends the renewals and the guard, and waits for a renewal in flight (each is

@@ -106,9 +106,13 @@ func (r *memRecord) lastError() string {
 	return r.history[0].Message
 }
 
-// claim makes r the started record of c's new attempt.
+// claim makes r the started record of c's new attempt. A record without a
+// fingerprint takes the claim's.
 func (r *memRecord) claim(c Claim, now, lease, ret int64) {
 	r.state, r.owner, r.locked = "started", c.Owner, c.Locked
+	if r.fp.IsZero() {
+		r.fp = c.Fingerprint
+	}
 	r.lease, r.updated, r.expires = now+lease, now, now+lease+ret
 	r.fence++
 	r.attempts++
@@ -146,7 +150,8 @@ func (m *MemoryStore) Begin(ctx context.Context, claims []Claim) []ClaimReply {
 			r = &memRecord{fp: c.Fingerprint, created: now}
 			m.records[c.Key] = r
 			r.claim(c, now, lease, ret)
-			out[i] = ClaimReply{Status: StatusAcquired, Fence: 1, Attempts: 1, Lease: m.s.Lease, Created: created(now)}
+			out[i] = ClaimReply{Status: StatusAcquired, Fence: 1, Attempts: 1, Lease: m.s.Lease, Created: created(now),
+				Fingerprint: r.fp}
 			continue
 		}
 		rep := ClaimReply{Fence: r.fence, Attempts: r.attempts, Created: created(r.created)}
@@ -173,6 +178,9 @@ func (m *MemoryStore) Begin(ctx context.Context, claims []Claim) []ClaimReply {
 		default: // started, expired (or its lock holder is gone): take over
 			r.claim(c, now, lease, ret)
 			rep.Status, rep.Fence, rep.Attempts, rep.Lease = StatusTakenOver, r.fence, r.attempts, m.s.Lease
+		}
+		if rep.Claimed() {
+			rep.Fingerprint = r.fp
 		}
 		out[i] = rep
 	}

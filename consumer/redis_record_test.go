@@ -188,13 +188,20 @@ func TestMemoryAndRedisAgree(t *testing.T) {
 		keys := []consumer.Key{"a", "b", "c"}
 		owners := []string{"o1", "o2", "o3", "o4"}
 		fps := []consumer.Fingerprint{{}, consumer.FingerprintOf([]byte("x")), consumer.FingerprintOf([]byte("y"))}
-		fences := map[string]int64{} // owner+key -> the fence its last claim got
+		type held struct {
+			rep consumer.ClaimReply
+			fp  consumer.Fingerprint
+		}
+		claims := map[string]held{} // owner+key -> what its last claim got
 		for step := 0; step < 400; step++ {
 			k := keys[rnd.IntN(len(keys))]
 			o := owners[rnd.IntN(len(owners))]
-			fence := fences[o+string(k)]
-			if rnd.IntN(8) == 0 {
-				fence = int64(rnd.IntN(4)) // a stale or made-up fence
+			h := claims[o+string(k)]
+			fence := h.rep.Fence
+			if cur, _ := mem.Peek(ctx, k); rnd.IntN(8) == 0 && cur.Owner != o {
+				// A stale or made-up fence (0: unknown) from a caller that does not
+				// hold the claim: the holder always repeats its claim as Begin answered.
+				fence = int64(rnd.IntN(4))
 			}
 			var a, b string
 			switch op := rnd.IntN(6); op {
@@ -202,12 +209,16 @@ func TestMemoryAndRedisAgree(t *testing.T) {
 				cl := []consumer.Claim{{Key: k, Owner: o, Fingerprint: fps[rnd.IntN(3)], Locked: rnd.IntN(4) == 0}}
 				x, y := mem.Begin(ctx, cl)[0], red.Begin(ctx, cl)[0]
 				if y.Claimed() {
-					fences[o+string(k)] = y.Fence
+					claims[o+string(k)] = held{rep: y, fp: y.Fingerprint}
+					if x.Fingerprint != y.Fingerprint {
+						t.Fatalf("seed %d step %d: claimed fingerprints differ: %s, %s", seed, step, x.Fingerprint, y.Fingerprint)
+					}
 				}
 				a = fmt.Sprintf("begin %v f%d a%d %q %q %q %v %v", x.Status, x.Fence, x.Attempts, x.Result, x.Dropped, x.Message, x.Permanent, x.Err)
 				b = fmt.Sprintf("begin %v f%d a%d %q %q %q %v %v", y.Status, y.Fence, y.Attempts, y.Result, y.Dropped, y.Message, y.Permanent, y.Err)
 			case 2, 3:
-				st := []consumer.Settlement{{Key: k, Owner: o, Fence: fence, Complete: rnd.IntN(2) == 0,
+				st := []consumer.Settlement{{Key: k, Owner: o, Fence: fence, Attempts: h.rep.Attempts, Created: h.rep.Created,
+					Fingerprint: h.fp, Complete: rnd.IntN(2) == 0,
 					Result: []byte(fmt.Sprint("r", step)), Permanent: rnd.IntN(3) == 0, Message: fmt.Sprint("m", step)}}
 				if rnd.IntN(6) == 0 {
 					st[0].Dropped = "123"

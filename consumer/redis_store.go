@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"time"
 
@@ -79,24 +80,59 @@ func (r *RedisStore) Begin(ctx context.Context, claims []Claim) []ClaimReply {
 	if r == nil {
 		return nilStore[ClaimReply](len(claims), func(err error) ClaimReply { return ClaimReply{Err: err} })
 	}
-	items := make([]lua.BeginItem, len(claims))
-	fps := make([][16]byte, len(claims))
-	out := make([]ClaimReply, len(claims))
-	for i, c := range claims {
-		out[i].Ref = r.RecordKey(c.Key)
-		items[i] = lua.BeginItem{Key: out[i].Ref, Owner: c.Owner, Locked: c.Locked}
-		if !c.Fingerprint.IsZero() {
-			fps[i] = c.Fingerprint
-			items[i].Fingerprint = &fps[i]
-		}
+	b := &beginBatch{claims: claims, out: make([]ClaimReply, len(claims))}
+	for i, ref := range r.recordKeys(len(claims), func(i int) Key { return claims[i].Key }) {
+		b.out[i].Ref = ref
 	}
 	ctx, cancel := r.bound(ctx)
 	defer cancel()
-	args := lua.BeginArgs{Lease: r.s.Lease, Retention: r.s.Retention, MaxAttempts: r.s.MaxAttempts, Now: time.Now().Unix()}
-	reps := make([]lua.BeginReply, len(claims))
-	r.runner.Begin(ctx, args, items, reps)
-	for i := range reps {
-		claimReply(&out[i], claims[i].Key, &reps[i])
+	r.runner.Begin(ctx, lua.BeginArgs{Lease: r.s.Lease, Retention: r.s.Retention, MaxAttempts: r.s.MaxAttempts,
+		Now: time.Now().Unix()}, b)
+	return b.out
+}
+
+// beginBatch is a Begin call's claims as the lua runner reads them.
+type beginBatch struct {
+	claims []Claim
+	out    []ClaimReply // Ref set beforehand
+}
+
+func (b *beginBatch) Len() int { return len(b.claims) }
+
+func (b *beginBatch) Item(i int) lua.BeginItem {
+	c := &b.claims[i]
+	it := lua.BeginItem{Key: b.out[i].Ref, Owner: c.Owner, Locked: c.Locked}
+	if !c.Fingerprint.IsZero() {
+		it.Fingerprint = (*[16]byte)(&c.Fingerprint)
+	}
+	return it
+}
+
+func (b *beginBatch) Answer(i int, rep lua.BeginReply) { claimReply(&b.out[i], b.claims[i].Key, &rep) }
+
+// recordKeys are the record keys of n keys, made in one allocation.
+func (r *RedisStore) recordKeys(n int, key func(i int) Key) []string {
+	size := 0
+	for i := 0; i < n; i++ {
+		size += len(r.s.Prefix) + len(r.s.Scope) + len(key(i)) + 4
+	}
+	var sb strings.Builder
+	sb.Grow(size)
+	ends := make([]int, n)
+	for i := 0; i < n; i++ {
+		sb.WriteString(r.s.Prefix)
+		sb.WriteString(":{")
+		sb.WriteString(r.s.Scope)
+		sb.WriteByte(':')
+		sb.WriteString(string(key(i)))
+		sb.WriteByte('}')
+		ends[i] = sb.Len()
+	}
+	all := sb.String()
+	out := make([]string, n)
+	start := 0
+	for i, end := range ends {
+		out[i], start = all[start:end], end
 	}
 	return out
 }
@@ -109,6 +145,9 @@ func claimReply(c *ClaimReply, key Key, rep *lua.BeginReply) {
 	}
 	c.Fence, c.Attempts, c.Lease = rep.Fence, rep.Attempts, millis(rep.Millis)
 	c.Created = time.Unix(rep.Created, 0)
+	if rep.HasFP {
+		c.Fingerprint = rep.Fingerprint
+	}
 	switch rep.Code {
 	case lua.Acquired:
 		c.Status = StatusAcquired
@@ -142,33 +181,52 @@ func (r *RedisStore) Settle(ctx context.Context, items []Settlement) []SettleRep
 	if r == nil {
 		return nilStore[SettleReply](len(items), func(err error) SettleReply { return SettleReply{Err: err} })
 	}
-	in := make([]lua.SettleItem, len(items))
-	fps := make([][16]byte, len(items))
+	b := &settleBatch{items: items, out: make([]SettleReply, len(items))}
 	for i := range items {
-		it := &items[i]
-		in[i] = lua.SettleItem{
-			Key: r.ref(it.Ref, it.Key), Owner: it.Owner, Fence: it.Fence, Attempts: it.Attempts,
-			Created: it.Created.Unix(), Late: it.Late, Complete: it.Complete, Result: it.Result,
-			Dropped: it.Dropped, Permanent: it.Permanent, Message: it.Message,
-		}
-		if !it.Fingerprint.IsZero() {
-			fps[i] = it.Fingerprint
-			in[i].Fingerprint = &fps[i]
+		if items[i].Ref == "" { // the caller did not pass the claims' refs back: work them out once
+			b.refs = r.recordKeys(len(items), func(i int) Key { return items[i].Key })
+			break
 		}
 	}
 	ctx, cancel := r.bound(ctx)
 	defer cancel()
-	args := lua.SettleArgs{MaxAttempts: r.s.MaxAttempts, Now: time.Now().Unix()}
-	out := make([]SettleReply, len(items))
-	for i, rep := range r.runner.Settle(ctx, args, in) {
-		op := "complete"
-		if !items[i].Complete {
-			op = "fail"
-		}
-		out[i].Terminal = rep.Ack == lua.AckTerminal
-		out[i].Err = ackErr(op, items[i].Key, items[i].Fence, rep)
+	r.runner.Settle(ctx, lua.SettleArgs{MaxAttempts: r.s.MaxAttempts, Now: time.Now().Unix()}, b)
+	return b.out
+}
+
+// settleBatch is a Settle call's items as the lua runner reads them.
+type settleBatch struct {
+	items []Settlement
+	refs  []string // the record keys, when the items lack their Ref
+	out   []SettleReply
+}
+
+func (b *settleBatch) Len() int { return len(b.items) }
+
+func (b *settleBatch) Item(i int) lua.SettleItem {
+	it := &b.items[i]
+	key := it.Ref
+	if b.refs != nil {
+		key = b.refs[i]
 	}
-	return out
+	si := lua.SettleItem{
+		Key: key, Owner: it.Owner, Fence: it.Fence, Attempts: it.Attempts,
+		Created: it.Created.Unix(), Late: it.Late, Complete: it.Complete, Result: it.Result,
+		Dropped: it.Dropped, Permanent: it.Permanent, Message: it.Message,
+	}
+	if !it.Fingerprint.IsZero() {
+		si.Fingerprint = (*[16]byte)(&it.Fingerprint)
+	}
+	return si
+}
+
+func (b *settleBatch) Answer(i int, rep lua.AckReply) {
+	op := "complete"
+	if !b.items[i].Complete {
+		op = "fail"
+	}
+	b.out[i].Terminal = rep.Ack == lua.AckTerminal
+	b.out[i].Err = ackErr(op, b.items[i].Key, b.items[i].Fence, rep)
 }
 
 // Extend renews the leases of running attempts, in one round trip.
@@ -261,6 +319,9 @@ func (r *RedisStore) Peek(ctx context.Context, key Key) (Record, error) {
 // bound limits ctx to the call timeout: the runner stops waiting for a reply then,
 // whether or not the client honours context deadlines.
 func (r *RedisStore) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= r.s.CallTimeout {
+		return ctx, func() {} // the caller's bound is already as tight
+	}
 	return context.WithTimeout(ctx, r.s.CallTimeout)
 }
 

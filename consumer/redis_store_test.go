@@ -315,7 +315,9 @@ func TestScriptFlushMidBatch(t *testing.T) {
 	}
 }
 
-// One begin round trip and one completion round trip per batch, whatever its size.
+// One claim round trip (a pipeline of SET NX) and one completion round trip per
+// batch of fresh keys, whatever its size; a batch of keys that exist claims them
+// in one more round trip, through the begin script.
 func TestBatchRoundTrips(t *testing.T) {
 	c := testenv.Redis(t)
 	calls := &testenv.CommandCounter{}
@@ -337,8 +339,21 @@ func TestBatchRoundTrips(t *testing.T) {
 			t.Fatalf("%v %v", r.Outcome, r.Err)
 		}
 	}
-	if n := calls.Load(); n != 2 {
-		t.Fatalf("a batch of 100 sent %d Redis commands, want 2 (one claim, one completion)", n)
+	if trips, n := calls.RoundTrips(), calls.Load(); trips != 2 || n != 101 {
+		t.Fatalf("a batch of 100 fresh keys took %d round trips and %d commands, want 2 and 101 (100 SET NX, 1 completion)", trips, n)
+	}
+	calls.Reset()
+	res = consumer.ExecuteBatch(context.Background(), s, items, func(ctx context.Context, i int, it consumer.BatchItem) (int, error) {
+		t.Error("ran a duplicate")
+		return i, nil
+	})
+	for _, r := range res {
+		if r.Outcome != consumer.Duplicate {
+			t.Fatalf("%v %v", r.Outcome, r.Err)
+		}
+	}
+	if trips, n := calls.RoundTrips(), calls.Load(); trips != 2 || n != 101 {
+		t.Fatalf("a batch of 100 duplicates took %d round trips and %d commands, want 2 and 101 (100 SET NX, 1 begin script)", trips, n)
 	}
 }
 

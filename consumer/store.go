@@ -12,7 +12,8 @@ import (
 // process). Package consumertest holds the conformance suite every Store must pass.
 //
 // Every method takes a batch and answers item by item, in input order; a failure to
-// reach the store shows in each item's Err as a *StoreError. Transitions are
+// reach the store shows in each item's Err as a *StoreError. A store must not keep
+// the slices it is given once the call has returned: callers reuse them. Transitions are
 // compare-and-set on the owner token. Every method tolerates being called again
 // with the same arguments after a lost reply: a claim by the owner token that holds
 // the record answers with that claim, and a completion, failure or release already
@@ -88,6 +89,9 @@ type ClaimReply struct {
 	// Created is when the record was first claimed (the claiming worker's clock,
 	// second precision).
 	Created time.Time
+	// Fingerprint is the record's, once claimed (a record keeps the first
+	// fingerprint a claim brought); pass it back in Settlement.
+	Fingerprint Fingerprint
 	// Ref is the store's own name for the record (for Redis, its key). Pass it back
 	// unchanged in Owned and Settlement so the store need not work it out again.
 	Ref string
@@ -100,10 +104,12 @@ func (r ClaimReply) Claimed() bool {
 	return r.Err == nil && (r.Status == StatusAcquired || r.Status == StatusTakenOver)
 }
 
-// Settlement finishes one claimed attempt. Key and Owner name it; the fields
-// after them repeat what Begin answered for the claim, so that a store can write
-// the settled record whole. A settlement sent again after a lost reply is known by
-// its Fence: without the claim's fence it is refused as lease lost.
+// Settlement finishes one claimed attempt. Key and Owner name it; Ref, Fence,
+// Attempts, Created and Fingerprint repeat what Begin answered for the claim, so
+// that a store can write the settled record whole without reading it first. A
+// caller that does not know them passes Fence 0: the store keeps the record's own
+// (at some cost), but a settlement sent again after a lost reply is then refused
+// as lease lost, since it is known by its fence.
 type Settlement struct {
 	Key         Key
 	Owner       string

@@ -17,8 +17,8 @@
 --
 -- Returns one flat array; each key adds a row whose length its code gives:
 --   0 FRESH        (claimed a new record: fence 1, attempt 1, the whole lease)
---   1 ACQUIRED     fence, attempt, lease ms, created
---   2 TAKEN_OVER   fence, attempt, lease ms, created
+--   1 ACQUIRED     fence, attempt, lease ms, created, the record's fingerprint ('' when none)
+--   2 TAKEN_OVER   fence, attempt, lease ms, created, the record's fingerprint
 --   3 IN_PROGRESS  fence, attempts, lease ms left to the other owner, created
 --   4 DUPLICATE    fence, attempts, 0, created, result, dropped reason ('' when kept)
 --   5 FAILED       fence, attempts, 0, created, last error, 'p' permanent or 'x' exhausted
@@ -40,20 +40,22 @@ local function row(...)
   end
 end
 
--- started builds the started record of a claim by cand's owner over r.
+-- started builds the started record of a claim by cand's owner over r. A record
+-- without a fingerprint takes the claim's.
 local function started(r, cand, fence, attempts)
   local c = parse(cand)
   local flags = 0
+  local fp = r.fp or c.fp
   if has(c.flags, 1) then
     flags = flags + 1
   end
-  if r.fp then
+  if fp then
     flags = flags + 8
   end
   if r.hist then
     flags = flags + 16
   end
-  return header(1, flags, fence, attempts, r.created, now) .. (r.fp or '') ..
+  return header(1, flags, fence, attempts, r.created, now) .. (fp or '') ..
     string.char(#c.owner) .. c.owner .. string.sub(cand, -6) .. (r.hist or '')
 end
 
@@ -108,10 +110,10 @@ for _, key in ipairs(KEYS) do
           exhaust(key, r, nil)
         else
           redis.call('SET', key, started(r, cand, r.fence + 1, r.attempts + 1), 'PX', lease + ret)
-          row(1, r.fence + 1, r.attempts + 1, lease, created)
+          row(1, r.fence + 1, r.attempts + 1, lease, created, r.fp or c.fp or '')
         end
       elseif r.owner == c.owner then
-        row(1, r.fence, r.attempts, math.max(redis.call('PTTL', key) - r.ret, 0), created)
+        row(1, r.fence, r.attempts, math.max(redis.call('PTTL', key) - r.ret, 0), created, r.fp or '')
       else
         local left = redis.call('PTTL', key) - r.ret
         if left > 0 and not (has(c.flags, 1) and has(r.flags, 1)) then
@@ -122,7 +124,7 @@ for _, key in ipairs(KEYS) do
           exhaust(key, r, 'lease expired during the last allowed attempt')
         else
           redis.call('SET', key, started(r, cand, r.fence + 1, r.attempts + 1), 'PX', lease + ret)
-          row(2, r.fence + 1, r.attempts + 1, lease, created)
+          row(2, r.fence + 1, r.attempts + 1, lease, created, r.fp or c.fp or '')
         end
       end
     end

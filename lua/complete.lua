@@ -1,8 +1,11 @@
 -- complete: store the results of successful attempts (compare-and-set on the owner).
 --
 -- KEYS[i]  record key
--- ARGV[1]  for each key: 1 flag ('l' when the caller's lease may have run out),
---          4 fence, 1 owner length, owner, 4 value length, the completed record
+-- ARGV[1]  for each key: 1 flag ('-'; 'l' when the caller's lease may have run out;
+--          '?' when the caller does not know its claim's fence: the record's own
+--          fence, attempts, created time and fingerprint are kept), 1 position of
+--          the owner's length byte in the started record, 1 owner length, owner,
+--          4 fence, 4 value length, the completed record
 --
 -- The completed record is written with SET KEEPTTL GET, and the value it replaced
 -- is checked: unless it was a started record of this owner, it is put back as it
@@ -16,47 +19,41 @@
 local blob = ARGV[1]
 local out = {}
 local pos = 1
+local byte, sub = string.byte, string.sub
 
 -- fixed is val with the claim's fence, attempts, created time and fingerprint taken
--- from old, or nil when val already carries them (the caller repeated its claim
--- faithfully, as it should).
+-- from old, for a caller that does not know them.
 local function fixed(val, old)
-  local vflags, oflags = string.byte(val, 2), string.byte(old, 2)
+  local vflags, oflags = byte(val, 2), byte(old, 2)
   local vfp, ofp = has(vflags, 8), has(oflags, 8)
-  if string.sub(val, 3, 12) == string.sub(old, 3, 12) and vfp == ofp and
-    (not vfp or string.sub(val, 17, 32) == string.sub(old, 17, 32)) then
-    return nil
-  end
-  local flags, fp, tail = vflags, '', string.sub(val, 17)
+  local flags, fp, tail = vflags, '', sub(val, 17)
   if vfp then
-    flags, tail = flags - 8, string.sub(val, 33)
+    flags, tail = flags - 8, sub(val, 33)
   end
   if ofp then
-    flags, fp = flags + 8, string.sub(old, 17, 32)
+    flags, fp = flags + 8, sub(old, 17, 32)
   end
-  return string.char(string.byte(val, 1), flags) .. string.sub(old, 3, 12) .. string.sub(val, 13, 16) .. fp .. tail
+  return string.char(byte(val, 1), flags) .. sub(old, 3, 12) .. sub(val, 13, 16) .. fp .. tail
 end
 
 for i, key in ipairs(KEYS) do
-  local late = string.sub(blob, pos, pos) == 'l'
-  local fence = u32(blob, pos + 1)
-  local olen = string.byte(blob, pos + 5)
-  local owner = string.sub(blob, pos + 6, pos + 5 + olen)
-  local vlen = u32(blob, pos + 6 + olen)
-  local val = string.sub(blob, pos + 10 + olen, pos + 9 + olen + vlen)
-  pos = pos + 10 + olen + vlen
+  local flag, at, olen = byte(blob, pos, pos + 2)
+  local owned = sub(blob, pos + 2, pos + 2 + olen) -- the owner's length byte and the owner
+  local p = pos + 3 + olen
+  local a, b, c, d = byte(blob, p + 4, p + 7)
+  local vlen = ((a * 256 + b) * 256 + c) * 256 + d
+  local val = sub(blob, p + 8, p + 7 + vlen)
+  pos = p + 8 + vlen
   local old = redis.pcall('SET', key, val, 'KEEPTTL', 'GET')
-  if type(old) == 'table' then
+  if type(old) == 'string' and byte(old, 1) == 17 and flag ~= 63 and sub(old, at, at + olen) == owned then
+    if flag == 108 then -- 'l'
+      redis.call('PEXPIRE', key, parse(old).ret)
+    end
+    out[i] = 1
+  elseif type(old) == 'table' then
     out[i] = 8 -- not a string: SET refused and changed nothing
-  elseif owner_is(old, owner) then
-    local f = fixed(val, old)
-    if f then
-      redis.call('SET', key, f, 'KEEPTTL')
-    end
-    if late then
-      local r = parse(old)
-      redis.call('PEXPIRE', key, r.ret)
-    end
+  elseif flag == 63 and owner_is(old, sub(owned, 2)) then -- '?': keep the record's identity
+    redis.call('SET', key, fixed(val, old), 'KEEPTTL')
     out[i] = 1
   else
     if old then
@@ -65,8 +62,11 @@ for i, key in ipairs(KEYS) do
       redis.call('DEL', key)
     end
     local r = parse(old)
-    if r and r.state == 2 and r.fence == fence then
+    if r and r.state == 2 and r.fence == u32(blob, p) then
       out[i] = 1
+    elseif r and r.state == 1 and r.owner == sub(owned, 2) then
+      out[i] = 1 -- its own claim, though the caller misjudged the fingerprint's place
+      redis.call('SET', key, fixed(val, old), 'KEEPTTL')
     elseif old and not r then
       out[i] = 8
     else

@@ -46,12 +46,15 @@
 //
 //   - Leases run on one clock, the Redis server's, for every worker: nobody compares
 //     a worker's clock with another's.
-//   - A fresh key is claimed with a single SET NX PX of a value built by the caller:
-//     no record to read, nothing to decide; the NX makes exactly one claimer win.
-//     Only a key that exists needs the state machine's read-decide-write, which the
-//     same script does atomically. A claim that reads the retention from the record
-//     rather than its own settings is why a deploy that changes the retention cannot
-//     make another worker's live lease look expired (or an expired one look live).
+//   - A fresh key is claimed without a script: one plain SET NX PX of the started
+//     record the caller built, Redis's cheapest write, a whole batch in one
+//     pipeline. There is no record to read and nothing to decide, and the NX makes
+//     exactly one claimer win; the lease is the TTL, on the server's clock. Only
+//     the keys that exist go through the begin script's read-decide-write, in a
+//     second round trip that batches without existing keys never pay. Reading the
+//     retention from the record, not from the reader's settings, is why a deploy
+//     that changes the retention cannot make another worker's live lease look
+//     expired (or an expired one live).
 //   - A completion rewrites the record with SET ... KEEPTTL GET and checks the value
 //     it replaced: unless that was a started record of the same owner token, the old
 //     value is put back within the same script, so the change is all or nothing. Kept,

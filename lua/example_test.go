@@ -21,17 +21,18 @@ func Example() {
 
 	args := lua.BeginArgs{Lease: 30 * time.Second, Retention: time.Hour, MaxAttempts: 5, Now: time.Now().Unix()}
 	reps := make([]lua.BeginReply, 1)
-	r.Begin(ctx, args, []lua.BeginItem{{Key: "idemkit:{payments:order-42}", Owner: "worker-1"}}, reps)
+	r.Begin(ctx, args, lua.Claims{Items: []lua.BeginItem{{Key: "idemkit:{payments:order-42}", Owner: "worker-1"}}, Replies: reps})
 	fmt.Println("claim:", reps[0].Code == lua.Acquired, "fence", reps[0].Fence)
 
-	r.Begin(ctx, args, []lua.BeginItem{{Key: "idemkit:{payments:order-42}", Owner: "worker-2"}}, reps)
+	r.Begin(ctx, args, lua.Claims{Items: []lua.BeginItem{{Key: "idemkit:{payments:order-42}", Owner: "worker-2"}}, Replies: reps})
 	fmt.Println("second claim in progress:", reps[0].Code == lua.InProgress)
 
-	ack := r.Settle(ctx, lua.SettleArgs{MaxAttempts: 5, Now: time.Now().Unix()}, []lua.SettleItem{{
+	acks := make([]lua.AckReply, 1)
+	r.Settle(ctx, lua.SettleArgs{MaxAttempts: 5, Now: time.Now().Unix()}, lua.Settlements{Items: []lua.SettleItem{{
 		Key: "idemkit:{payments:order-42}", Owner: "worker-1", Fence: 1, Attempts: 1,
 		Complete: true, Result: []byte(`"ch_1"`),
-	}})[0]
-	fmt.Println("completed:", ack.Ack == lua.AckOK)
+	}}, Replies: acks})
+	fmt.Println("completed:", acks[0].Ack == lua.AckOK)
 
 	rec, _ := r.Peek(ctx, "idemkit:{payments:order-42}")
 	fmt.Println("state:", rec.StateName(), "result:", string(rec.Result))

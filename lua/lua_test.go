@@ -39,10 +39,17 @@ func TestSlot(t *testing.T) {
 	}
 }
 
+// settle is Runner.Settle for tests: the answers as a slice.
+func settle(ctx context.Context, r *lua.Runner, a lua.SettleArgs, items []lua.SettleItem) []lua.AckReply {
+	out := make([]lua.AckReply, len(items))
+	r.Settle(ctx, a, lua.Settlements{Items: items, Replies: out})
+	return out
+}
+
 // begin is Runner.Begin for tests: the answers as a slice.
 func begin(ctx context.Context, r *lua.Runner, a lua.BeginArgs, items ...lua.BeginItem) []lua.BeginReply {
 	out := make([]lua.BeginReply, len(items))
-	r.Begin(ctx, a, items, out)
+	r.Begin(ctx, a, lua.Claims{Items: items, Replies: out})
 	return out
 }
 
@@ -73,7 +80,7 @@ func TestReloadAfterScriptFlush(t *testing.T) {
 		t.Fatal(err)
 	}
 	// One complete call and one fail call: a pipeline of two EVALSHAs.
-	acks := r.Settle(ctx, lua.SettleArgs{MaxAttempts: 3, Now: time.Now().Unix()}, []lua.SettleItem{
+	acks := settle(ctx, r, lua.SettleArgs{MaxAttempts: 3, Now: time.Now().Unix()}, []lua.SettleItem{
 		{Key: keys[1], Owner: "o", Fence: 1, Attempts: 1, Complete: true, Result: []byte("1")},
 		{Key: keys[2], Owner: "o", Fence: 1, Attempts: 1, Message: "boom"},
 	})
@@ -119,15 +126,15 @@ func TestForeignValues(t *testing.T) {
 		if rep := begin(ctx, r, args, lua.BeginItem{Key: key, Owner: "o"})[0]; rep.Err != nil || rep.Code != lua.Corrupt || rep.Data == "" {
 			t.Fatalf("%s: begin = %+v", tc.name, rep)
 		}
-		settle := r.Settle(ctx, lua.SettleArgs{MaxAttempts: 3, Now: now}, []lua.SettleItem{
+		done := settle(ctx, r, lua.SettleArgs{MaxAttempts: 3, Now: now}, []lua.SettleItem{
 			{Key: key, Owner: "o", Fence: 1, Attempts: 1, Complete: true, Result: []byte("1")},
 		})[0]
-		fail := r.Settle(ctx, lua.SettleArgs{MaxAttempts: 3, Now: now}, []lua.SettleItem{{Key: key, Owner: "o", Fence: 1, Message: "x"}})[0]
+		fail := settle(ctx, r, lua.SettleArgs{MaxAttempts: 3, Now: now}, []lua.SettleItem{{Key: key, Owner: "o", Fence: 1, Message: "x"}})[0]
 		ext := r.Extend(ctx, time.Second, []lua.OwnedKey{{Key: key, Owner: "o"}})[0]
 		rel := r.Release(ctx, now, []lua.OwnedKey{{Key: key, Owner: "o", Fence: 1}})[0]
-		for _, a := range []lua.AckReply{settle, fail, ext, rel} {
+		for _, a := range []lua.AckReply{done, fail, ext, rel} {
 			if a.Err != nil || a.Ack != lua.AckCorrupt {
-				t.Fatalf("%s: complete/fail/extend/release = %+v %+v %+v %+v", tc.name, settle, fail, ext, rel)
+				t.Fatalf("%s: complete/fail/extend/release = %+v %+v %+v %+v", tc.name, done, fail, ext, rel)
 			}
 		}
 		if v, err := c.Get(ctx, key).Result(); err != nil || v != tc.value {
@@ -152,7 +159,7 @@ func TestForeignValues(t *testing.T) {
 		if rep := begin(ctx, r, args, lua.BeginItem{Key: key, Owner: "o"})[0]; rep.Code != lua.Corrupt {
 			t.Fatalf("begin on %s: %+v", key, rep)
 		}
-		a := r.Settle(ctx, lua.SettleArgs{MaxAttempts: 3, Now: now}, []lua.SettleItem{
+		a := settle(ctx, r, lua.SettleArgs{MaxAttempts: 3, Now: now}, []lua.SettleItem{
 			{Key: key, Owner: "o", Fence: 1, Complete: true, Result: []byte("1")},
 		})[0]
 		if a.Ack != lua.AckCorrupt {
@@ -181,8 +188,7 @@ func TestGroupingOnCluster(t *testing.T) {
 	for i := 0; i < 300; i++ {
 		items = append(items, lua.BeginItem{Key: fmt.Sprintf("t:{k%d}", i%37), Owner: fmt.Sprint("o", i)})
 	}
-	reps := make([]lua.BeginReply, len(items))
-	r.Begin(ctx, lua.BeginArgs{Lease: time.Second, Retention: time.Minute, MaxAttempts: 3}, items, reps)
+	reps := begin(ctx, r, lua.BeginArgs{Lease: time.Second, Retention: time.Minute, MaxAttempts: 3}, items...)
 	acquired := map[string]bool{}
 	for i, rep := range reps {
 		if rep.Err != nil {

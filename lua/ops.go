@@ -3,8 +3,12 @@ package lua
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Code is a begin script's verdict for one record.
@@ -60,33 +64,76 @@ type BeginReply struct {
 	// Millis is the lease granted (Acquired, TakenOver; the lease left when the claim
 	// found the caller's own owner token) or the lease left to the other owner (InProgress).
 	Millis  int64
-	Created int64  // when the record was first claimed, unix seconds
-	Data    string // result (Duplicate), error text (Failed, Exhausted), reason (Corrupt)
-	Flag    string // dropped reason (Duplicate) or failure kind (Failed)
-	Err     error  // the call for this record did not complete
+	Created int64 // when the record was first claimed, unix seconds
+	// Fingerprint is the record's (Acquired, TakenOver): a record keeps the first
+	// fingerprint a claim brought. HasFP says whether it has one.
+	Fingerprint [16]byte
+	HasFP       bool
+	Data        string // result (Duplicate), error text (Failed, Exhausted), reason (Corrupt)
+	Flag        string // dropped reason (Duplicate) or failure kind (Failed)
+	Err         error  // the call for this record did not complete
 }
 
-// Begin claims items, in one round trip, writing the answers to out (len(items)).
-func (r *Runner) Begin(ctx context.Context, a BeginArgs, items []BeginItem, out []BeginReply) {
-	for _, it := range items {
+// BeginBatch is a batch of claims: Begin reads its items and answers each one.
+type BeginBatch interface {
+	Len() int
+	Item(i int) BeginItem
+	Answer(i int, rep BeginReply)
+}
+
+// Claims is a BeginBatch over slices: the answers go to Replies (len(Items)).
+type Claims struct {
+	Items   []BeginItem
+	Replies []BeginReply
+}
+
+// Len is len(c.Items).
+func (c Claims) Len() int { return len(c.Items) }
+
+// Item is c.Items[i].
+func (c Claims) Item(i int) BeginItem { return c.Items[i] }
+
+// Answer stores rep in c.Replies[i].
+func (c Claims) Answer(i int, rep BeginReply) { c.Replies[i] = rep }
+
+// Begin claims the items of b. Fresh keys are claimed by one pipeline of plain
+// SET NX PX commands (no script: Redis's cheapest write), each with the started
+// record a fresh claim writes; the keys that already exist then go through the
+// begin script's state machine, in a second round trip that only batches with
+// existing keys pay.
+func (r *Runner) Begin(ctx context.Context, a BeginArgs, b BeginBatch) {
+	n := b.Len()
+	size := 0
+	for i := 0; i < n; i++ {
+		it := b.Item(i)
 		if len(it.Owner) > maxOwner {
-			for i := range out {
-				out[i] = BeginReply{Err: fmt.Errorf("lua: begin: owner token of %d bytes, over %d", len(it.Owner), maxOwner)}
+			err := fmt.Errorf("lua: begin: owner token of %d bytes, over %d", len(it.Owner), maxOwner)
+			for i := 0; i < n; i++ {
+				b.Answer(i, BeginReply{Err: err})
 			}
 			return
 		}
+		size += startedLen(it.Fingerprint != nil, it.Owner)
 	}
-	groups := r.groups(len(items), func(i int) string { return items[i].Key })
+	existing := r.claimFresh(ctx, a, b, size)
+	if len(existing) == 0 {
+		return
+	}
+	groups := r.groups(len(existing), func(j int) string { return b.Item(existing[j]).Key })
 	calls := make([]call, len(groups))
 	for gi, g := range groups {
+		for j, e := range g { // group members are positions in existing: make them item indexes
+			g[j] = existing[e]
+		}
 		size := 0
 		for _, i := range g {
-			size += 2 + startedLen(items[i].Fingerprint != nil, items[i].Owner)
+			it := b.Item(i)
+			size += 2 + startedLen(it.Fingerprint != nil, it.Owner)
 		}
 		blob := make([]byte, 0, size)
 		keys := make([]string, len(g))
 		for j, i := range g {
-			it := items[i]
+			it := b.Item(i)
 			keys[j] = it.Key
 			blob = binary.BigEndian.AppendUint16(blob, uint16(startedLen(it.Fingerprint != nil, it.Owner)))
 			blob = AppendStarted(blob, it.Owner, it.Fingerprint, it.Locked, a.Retention, a.Now)
@@ -98,19 +145,71 @@ func (r *Runner) Begin(ctx context.Context, a BeginArgs, items []BeginItem, out 
 		g := groups[gi]
 		err := rep.err
 		if err == nil {
-			err = parseBegin(rep.val, g, a, out)
+			err = parseBegin(rep.val, g, a, b)
 		}
 		if err != nil {
 			for _, i := range g {
-				out[i] = BeginReply{Err: err}
+				b.Answer(i, BeginReply{Err: err})
 			}
 		}
 	}
 }
 
+// claimFresh sends SET key record NX PX lease+retention for every item, in one
+// pipeline, answers the fresh claims and returns the items whose key exists. size
+// is the total length of their records.
+func (r *Runner) claimFresh(ctx context.Context, a BeginArgs, b BeginBatch, size int) (existing []int) {
+	n := b.Len()
+	var sb strings.Builder
+	sb.Grow(size)
+	ends := make([]int, n)
+	var rec []byte
+	for i := 0; i < n; i++ {
+		it := b.Item(i)
+		rec = AppendStarted(rec[:0], it.Owner, it.Fingerprint, it.Locked, a.Retention, a.Now)
+		sb.Write(rec)
+		ends[i] = sb.Len()
+	}
+	records := sb.String()
+	var ttl any = (a.Lease + a.Retention).Milliseconds() // boxed once for every command
+	args := make([]any, 6*n)
+	cmds := make([]*redis.Cmd, n)
+	pipe := r.c.Pipeline()
+	start := 0
+	for i := 0; i < n; i++ {
+		cmdArgs := args[6*i : 6*i+6 : 6*i+6]
+		cmdArgs[0], cmdArgs[1], cmdArgs[2], cmdArgs[3], cmdArgs[4], cmdArgs[5] =
+			"set", b.Item(i).Key, records[start:ends[i]], "nx", "px", ttl
+		start = ends[i]
+		cmds[i] = pipe.Do(ctx, cmdArgs...)
+	}
+	if err := r.within(ctx, func() { _, _ = pipe.Exec(ctx) }); err != nil {
+		for i := 0; i < n; i++ {
+			b.Answer(i, BeginReply{Err: err})
+		}
+		return nil
+	}
+	fresh := BeginReply{Code: Acquired, Fence: 1, Attempts: 1, Millis: a.Lease.Milliseconds(), Created: a.Now}
+	for i, c := range cmds {
+		switch err := c.Err(); {
+		case err == nil:
+			rep := fresh
+			if fp := b.Item(i).Fingerprint; fp != nil {
+				rep.Fingerprint, rep.HasFP = *fp, true
+			}
+			b.Answer(i, rep)
+		case errors.Is(err, redis.Nil):
+			existing = append(existing, i)
+		default:
+			b.Answer(i, BeginReply{Err: err})
+		}
+	}
+	return existing
+}
+
 // parseBegin reads the begin script's flat reply: one row per key, whose length
 // its code gives (see begin.lua).
-func parseBegin(v any, g []int, a BeginArgs, out []BeginReply) error {
+func parseBegin(v any, g []int, a BeginArgs, b BeginBatch) error {
 	flat, ok := v.([]any)
 	if !ok {
 		return fmt.Errorf("lua: begin: malformed reply %T", v)
@@ -137,7 +236,11 @@ func parseBegin(v any, g []int, a BeginArgs, out []BeginReply) error {
 			return fmt.Errorf("lua: begin: %w", err)
 		}
 		if code == 0 { // a fresh claim: the caller knows the rest
-			out[i] = BeginReply{Code: Acquired, Fence: 1, Attempts: 1, Millis: a.Lease.Milliseconds(), Created: a.Now}
+			rep := BeginReply{Code: Acquired, Fence: 1, Attempts: 1, Millis: a.Lease.Milliseconds(), Created: a.Now}
+			if fp := b.Item(i).Fingerprint; fp != nil {
+				rep.Fingerprint, rep.HasFP = *fp, true
+			}
+			b.Answer(i, rep)
 			continue
 		}
 		var vals [4]int64
@@ -148,17 +251,22 @@ func parseBegin(v any, g []int, a BeginArgs, out []BeginReply) error {
 			}
 			vals[f] = n
 		}
-		b := BeginReply{Code: Code(code), Fence: vals[0], Attempts: int(vals[1]), Millis: vals[2], Created: vals[3]}
-		switch b.Code {
-		case Acquired, TakenOver, InProgress, Conflict:
+		rep := BeginReply{Code: Code(code), Fence: vals[0], Attempts: int(vals[1]), Millis: vals[2], Created: vals[3]}
+		switch rep.Code {
+		case Acquired, TakenOver:
+			if fp := text(); len(fp) == fpLen {
+				copy(rep.Fingerprint[:], fp)
+				rep.HasFP = true
+			}
+		case InProgress, Conflict:
 		case Duplicate, Failed:
-			b.Data, b.Flag = text(), text()
+			rep.Data, rep.Flag = text(), text()
 		case Exhausted, Corrupt:
-			b.Data = text()
+			rep.Data = text()
 		default:
 			return fmt.Errorf("lua: begin: unknown code %d", code)
 		}
-		out[i] = b
+		b.Answer(i, rep)
 	}
 	if pos != len(flat) {
 		return fmt.Errorf("lua: begin: %d unread values in the reply", len(flat)-pos)
@@ -184,6 +292,8 @@ type SettleItem struct {
 	Created     int64
 	Fingerprint *[16]byte
 	// Late says the caller's lease may have run out: the retention starts afresh.
+	// (A caller that does not know its claim passes Fence 0: the record's own fence,
+	// attempts, created time and fingerprint are kept, at one more write.)
 	Late      bool
 	Complete  bool
 	Result    []byte
@@ -198,66 +308,89 @@ type AckReply struct {
 	Err error
 }
 
-// Settle completes or fails items, in one round trip: per hash slot group, one
-// complete call and one fail call at most.
-func (r *Runner) Settle(ctx context.Context, a SettleArgs, items []SettleItem) []AckReply {
+// SettleBatch is a batch of settlements: Settle reads its items and answers each.
+type SettleBatch interface {
+	Len() int
+	Item(i int) SettleItem
+	Answer(i int, rep AckReply)
+}
+
+// Settlements is a SettleBatch over slices: the answers go to Replies (len(Items)).
+type Settlements struct {
+	Items   []SettleItem
+	Replies []AckReply
+}
+
+// Len is len(s.Items).
+func (s Settlements) Len() int { return len(s.Items) }
+
+// Item is s.Items[i].
+func (s Settlements) Item(i int) SettleItem { return s.Items[i] }
+
+// Answer stores rep in s.Replies[i].
+func (s Settlements) Answer(i int, rep AckReply) { s.Replies[i] = rep }
+
+// Settle completes or fails the items of b, in one round trip: per hash slot group,
+// one complete call and one fail call at most.
+func (r *Runner) Settle(ctx context.Context, a SettleArgs, b SettleBatch) {
 	var calls []call
 	var members [][]int
-	for _, g := range r.groups(len(items), func(i int) string { return items[i].Key }) {
+	for _, g := range r.groups(b.Len(), func(i int) string { return b.Item(i).Key }) {
 		var done, failed []int
+		doneSize, failSize := 0, 0
 		for _, i := range g {
-			if items[i].Complete {
+			it := b.Item(i)
+			if it.Complete {
 				done = append(done, i)
+				doneSize += 11 + len(it.Owner) + headerLen + fpLen + len(it.Result) + len(it.Dropped)
 			} else {
 				failed = append(failed, i)
+				failSize += 8 + len(it.Owner) + min(len(it.Message), MaxErrorText)
 			}
 		}
 		if len(done) > 0 {
-			calls, members = append(calls, completeCall(a, items, done)), append(members, done)
+			calls, members = append(calls, completeCall(a, b, done, doneSize)), append(members, done)
 		}
 		if len(failed) > 0 {
-			calls, members = append(calls, failCall(a, items, failed)), append(members, failed)
+			calls, members = append(calls, failCall(a, b, failed, failSize)), append(members, failed)
 		}
 	}
-	return r.acks(ctx, calls, members, len(items))
+	r.acks(ctx, calls, members, b.Answer)
 }
 
-func completeCall(a SettleArgs, items []SettleItem, idx []int) call {
-	size := 0
-	for _, i := range idx {
-		it := &items[i]
-		size += 10 + len(it.Owner) + headerLen + fpLen + len(it.Result) + len(it.Dropped)
-	}
+func completeCall(a SettleArgs, b SettleBatch, idx []int, size int) call {
 	blob := make([]byte, 0, size)
 	keys := make([]string, len(idx))
 	for j, i := range idx {
-		it := &items[i]
+		it := b.Item(i)
 		keys[j] = it.Key
-		late := byte('-')
-		if it.Late {
-			late = 'l'
+		flag := byte('-')
+		switch {
+		case it.Fence == 0: // the caller does not know its claim: keep the record's
+			flag = '?'
+		case it.Late:
+			flag = 'l'
 		}
-		blob = append(blob, late)
-		blob = binary.BigEndian.AppendUint32(blob, uint32(it.Fence))
-		blob = append(blob, byte(len(it.Owner)))
+		at := byte(headerLen + 1) // the owner's length byte, 1-based, in the started record
+		if it.Fingerprint != nil {
+			at += fpLen
+		}
+		blob = append(blob, flag, at, byte(len(it.Owner)))
 		blob = append(blob, it.Owner...)
-		at := len(blob)
+		blob = binary.BigEndian.AppendUint32(blob, uint32(it.Fence))
+		vat := len(blob)
 		blob = append(blob, 0, 0, 0, 0)
 		blob = AppendCompleted(blob, it.Fence, it.Attempts, it.Fingerprint, it.Created, a.Now, it.Result, it.Dropped)
-		binary.BigEndian.PutUint32(blob[at:], uint32(len(blob)-at-4))
+		binary.BigEndian.PutUint32(blob[vat:], uint32(len(blob)-vat-4))
 	}
 	return call{script: CompleteScript, keys: keys, args: []any{blob}}
 }
 
-func failCall(a SettleArgs, items []SettleItem, idx []int) call {
-	size := 0
-	for _, i := range idx {
-		size += 8 + len(items[i].Owner) + len(items[i].Message)
-	}
+func failCall(a SettleArgs, b SettleBatch, idx []int, size int) call {
 	blob := make([]byte, 0, size)
 	keys := make([]string, len(idx))
 	for j, i := range idx {
-		it := &items[i]
+		it := b.Item(i)
 		keys[j] = it.Key
 		msg := CapError(it.Message)
 		mode := byte('r')
@@ -306,31 +439,31 @@ func (r *Runner) owned(ctx context.Context, s *Script, items []OwnedKey, withFen
 		}
 		calls[gi] = call{script: s, keys: keys, args: []any{head, blob}}
 	}
-	return r.acks(ctx, calls, groups, len(items))
+	out := make([]AckReply, len(items))
+	r.acks(ctx, calls, groups, func(i int, rep AckReply) { out[i] = rep })
+	return out
 }
 
-func (r *Runner) acks(ctx context.Context, calls []call, members [][]int, n int) []AckReply {
-	out := make([]AckReply, n)
+func (r *Runner) acks(ctx context.Context, calls []call, members [][]int, answer func(int, AckReply)) {
 	for ci, rep := range r.exec(ctx, calls) {
 		g := members[ci]
 		rows, err := rowsOf(rep, len(g))
 		for j, i := range g {
 			if err != nil {
-				out[i].Err = err
+				answer(i, AckReply{Err: err})
 				continue
 			}
 			v, err := asInt(rows[j])
 			switch a := Ack(v); {
 			case err != nil:
-				out[i].Err = fmt.Errorf("lua: %s: %w", calls[ci].script.name, err)
+				answer(i, AckReply{Err: fmt.Errorf("lua: %s: %w", calls[ci].script.name, err)})
 			case a == AckOK || a == AckLeaseLost || a == AckTerminal || a == AckCorrupt:
-				out[i].Ack = a
+				answer(i, AckReply{Ack: a})
 			default:
-				out[i].Err = fmt.Errorf("lua: %s: unknown code %d", calls[ci].script.name, v)
+				answer(i, AckReply{Err: fmt.Errorf("lua: %s: unknown code %d", calls[ci].script.name, v)})
 			}
 		}
 	}
-	return out
 }
 
 func rowsOf(rep reply, n int) ([]any, error) {

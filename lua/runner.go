@@ -23,6 +23,9 @@ const (
 type Runner struct {
 	c    redis.UniversalClient
 	mode grouping
+	// honours: the client bounds its socket I/O by the context's deadline
+	// (ContextTimeoutEnabled), so a call needs no goroutine of its own to be bounded.
+	honours bool
 }
 
 // NewRunner returns a Runner for c: a *redis.Client (single server or Sentinel
@@ -30,11 +33,13 @@ type Runner struct {
 // so that all keys of one call share a hash slot wherever the client shards.
 func NewRunner(c redis.UniversalClient) *Runner {
 	r := &Runner{c: c, mode: groupTag}
-	switch c.(type) {
+	switch cc := c.(type) {
 	case *redis.Client:
-		r.mode = groupNone
+		r.mode, r.honours = groupNone, cc.Options().ContextTimeoutEnabled
 	case *redis.ClusterClient:
-		r.mode = groupSlot
+		r.mode, r.honours = groupSlot, cc.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		r.honours = cc.Options().ContextTimeoutEnabled
 	}
 	return r
 }
@@ -42,29 +47,17 @@ func NewRunner(c redis.UniversalClient) *Runner {
 // Load loads every script (on every primary of a cluster, on every shard of a
 // ring) so that the first calls need no reload.
 func (r *Runner) Load(ctx context.Context) error {
-	return bounded(ctx, func() error {
+	var err error
+	if berr := r.within(ctx, func() {
 		for _, s := range All() {
-			if err := r.load(ctx, s); err != nil {
-				return err
+			if err = r.load(ctx, s); err != nil {
+				return
 			}
 		}
-		return nil
-	})
-}
-
-// bounded runs f and stops waiting for it when ctx is done.
-func bounded(ctx context.Context, f func() error) error {
-	if ctx.Done() == nil {
-		return f()
+	}); berr != nil {
+		return berr
 	}
-	done := make(chan error, 1)
-	go func() { done <- f() }()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		return &NoReplyError{Cause: context.Cause(ctx)}
-	}
+	return err
 }
 
 // load loads one script wherever a call may run: a ClusterClient already sends
@@ -126,33 +119,43 @@ func (r *Runner) groups(n int, key func(i int) string) [][]int {
 // FLUSH keeps removing.
 const maxReloads = 5
 
-// exec runs calls and waits for their replies no longer than ctx allows, whether
-// or not the client honours context deadlines on its sockets (go-redis does only
-// with Options.ContextTimeoutEnabled): when ctx is done first, every call answers
-// with ctx's cause and the round trip finishes in the background, its replies
-// dropped. Such a call may still have run on the server.
+// exec runs calls in one round trip, bounded as within says.
 func (r *Runner) exec(ctx context.Context, calls []call) []reply {
-	if ctx.Done() == nil {
-		return r.run(ctx, calls)
+	var out []reply
+	if err := r.within(ctx, func() { out = r.run(ctx, calls) }); err != nil {
+		out = make([]reply, len(calls))
+		for i := range out {
+			out[i].err = err
+		}
 	}
-	done := make(chan []reply, 1)
-	go func() { done <- r.run(ctx, calls) }()
+	return out
+}
+
+// within runs a round trip f and waits for it no longer than ctx allows, whether or
+// not the client honours context deadlines on its sockets. go-redis does with
+// Options.ContextTimeoutEnabled, and then f runs directly: its commands fail with
+// the context's error at the bound. Otherwise f runs in a goroutine of its own:
+// when ctx is done first, within returns a *NoReplyError at once and f finishes in
+// the background, its results dropped. Either way the commands may have run on the
+// server.
+func (r *Runner) within(ctx context.Context, f func()) error {
+	if r.honours || ctx.Done() == nil {
+		f()
+		return nil
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); f() }()
 	select {
-	case out := <-done:
-		return out
+	case <-done:
+		return nil
 	case <-ctx.Done():
 		select {
-		case out := <-done: // the replies arrived as the bound passed: keep them
-			return out
+		case <-done: // the replies arrived as the bound passed: keep them
+			return nil
 		default:
 		}
 	}
-	err := &NoReplyError{Cause: context.Cause(ctx)}
-	out := make([]reply, len(calls))
-	for i := range out {
-		out[i].err = err
-	}
-	return out
+	return &NoReplyError{Cause: context.Cause(ctx)}
 }
 
 // NoReplyError says a call's reply did not arrive before the caller's bound (its

@@ -1,16 +1,24 @@
-// Command bench measures idemkit's Redis paths against their floor, in one run on
-// one Redis server, and prints one table (make bench).
+// Command bench measures idemkit's Redis paths in one run on one Redis server and
+// prints one table (make bench). Lanes, all with a no-op handler:
 //
-// Paths, all with a no-op handler on one goroutine:
-//   - floor: the begin and complete scripts called directly, two EVALSHA round trips
-//     per message, no idemkit Go code around them;
-//   - single: ExecuteIdempotently per message;
-//   - batch: ExecuteBatch with B messages per call.
+//   - floor: two plain SETs per message (SET NX PX, then SET KEEPTTL), pipelined B
+//     at a time: what any state machine on Redis costs at the least;
+//   - seed-002 protocol: the acquire script and the release script of the
+//     "idempotency with Redis and Lua" design, one message at a time (a hash per
+//     key, EXISTS/HGET/HSET/EXPIRE), the reference for the single path;
+//   - go-redis only: idemkit's own begin and complete scripts called directly with
+//     pre-built arguments, B records per call: the client cost of the commands
+//     idemkit sends, without idemkit's Go code around them;
+//   - ExecuteIdempotently, one message at a time;
+//   - ExecuteBatch with B messages per call, on one goroutine, and on two at once
+//     (two batches in flight).
 //
-// Redis calls are counted on the client (every command sent, pipelined ones each);
-// Redis CPU is the usec that INFO commandstats gives the script commands (EVALSHA,
-// EVAL), which include the commands the scripts run. The server is a private
-// redis-server unless IDEMKIT_REDIS_ADDR names one (its stats are reset).
+// CPU is read from /proc/<pid>/stat of this process (Go) and of redis-server (when
+// it runs on this machine: the private one this program starts unless
+// IDEMKIT_REDIS_ADDR names another); allocations from the Go runtime; commands are
+// counted on the client. Lanes run interleaved in slices, and the whole is repeated
+// (-reps), because this machine's speed varies. Then it measures Redis memory per
+// completed record, beside a plain key of the same name length.
 package main
 
 import (
@@ -19,206 +27,129 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"strings"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/internal/benchkit"
 	"github.com/idemkit/idemkit/internal/testenv"
-	"github.com/idemkit/idemkit/lua"
 	"github.com/redis/go-redis/v9"
 )
 
-type measure struct {
-	name     string
-	messages int
-	elapsed  time.Duration
-	calls    int64
-	cpuUsec  float64
-}
-
-func (m measure) rate() float64        { return float64(m.messages) / m.elapsed.Seconds() }
-func (m measure) callsPerMsg() float64 { return float64(m.calls) / float64(m.messages) }
-func (m measure) cpuPerMsg() float64   { return m.cpuUsec / float64(m.messages) }
-
 func main() {
-	single := flag.Int("n", 20000, "messages for the floor and the single path")
-	batched := flag.Int("batch-n", 200000, "messages for the batch path")
+	single := flag.Int("n", 20000, "messages per repetition for the one-at-a-time lanes")
+	batched := flag.Int("batch-n", 200000, "messages per repetition for the batch lanes")
 	size := flag.Int("b", 100, "batch size B")
+	reps := flag.Int("reps", 3, "repetitions")
+	records := flag.Int("records", 100000, "records for the memory measure")
 	flag.Parse()
-	if err := run(*single, *batched, *size); err != nil {
+	if err := run(*single, *batched, *size, *reps, *records); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(n, bn, b int) error {
+// rig is what every lane uses.
+type rig struct {
+	ctx    context.Context
+	client *redis.Client
+	admin  *redis.Client
+	store  *consumer.RedisStore
+	env    benchkit.Env
+	run    string // unique per run, so keys never repeat
+	b      int
+}
+
+func run(n, bn, b, reps, records int) error {
 	ctx := context.Background()
 	addr, where, stop, err := testenv.RedisForTool()
 	if err != nil {
 		return err
 	}
 	defer stop()
-	client := redis.NewClient(&redis.Options{Addr: addr})
+	client := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, PoolSize: 8})
 	defer client.Close()
 	admin := redis.NewClient(&redis.Options{Addr: addr})
 	defer admin.Close()
 	cnt := &testenv.CommandCounter{}
 	client.AddHook(cnt)
-	version, err := serverVersion(ctx, admin)
-	if err != nil {
-		return err
-	}
-	run := strconv.FormatInt(time.Now().UnixNano(), 36)
-	store, err := consumer.NewRedisStore(client, consumer.WithPrefix("idemkit-bench-"+run), consumer.WithScope("bench"))
+	version, pid := benchkit.RedisInfo(ctx, admin)
+	runID := strconv.FormatInt(time.Now().UnixNano(), 36)
+	store, err := consumer.NewRedisStore(client, consumer.WithPrefix("idemkit-bench-"+runID), consumer.WithScope("bench"),
+		consumer.WithEvictionCheck(consumer.EvictionIgnore))
 	if err != nil {
 		return err
 	}
 	if err := store.Load(ctx); err != nil {
 		return err
 	}
-	ns := uuid.New()
-	payload := []byte(`{"order":42,"amount":1999}`)
-	noop := func(ctx context.Context) (struct{}, error) { return struct{}{}, nil }
-
-	// Each path runs in `rounds` slices, interleaved, so that the machine's noise
-	// falls on all of them alike.
-	const rounds = 10
-	paths := []*measure{
-		{name: "floor: 2 EVALSHA per message"},
-		{name: "ExecuteIdempotently"},
-		{name: fmt.Sprintf("ExecuteBatch B=%d", b)},
-	}
-	measureIt := func(m *measure, msgs int, body func() error) error {
-		if err := admin.ConfigResetStat(ctx).Err(); err != nil {
-			return err
-		}
-		cnt.Reset()
-		start := time.Now()
-		if err := body(); err != nil {
-			return fmt.Errorf("%s: %w", m.name, err)
-		}
-		m.elapsed += time.Since(start)
-		m.messages += msgs
-		m.calls += cnt.Load()
-		usec, err := scriptUsec(ctx, admin)
-		m.cpuUsec += usec
+	r := &rig{ctx: ctx, client: client, admin: admin, store: store, env: benchkit.Env{ServerPid: pid, Calls: cnt}, run: runID, b: b}
+	if err := r.loadSeed(); err != nil {
 		return err
 	}
-
-	// Warm up connections and the server.
-	for i := 0; i < 2000; i++ {
-		consumer.ExecuteIdempotently(ctx, store, consumer.NewKey(ns, "warm", strconv.Itoa(i)), payload, noop)
+	fmt.Printf("idemkit bench: Redis %s (%s), no-op handler, B=%d, %d repetitions\n", version, where, b, reps)
+	if pid < 0 {
+		fmt.Println("(redis-server is not on this machine: its CPU is not measured)")
 	}
-
-	lease, ret := int64(30000), int64(86400000)
-	items := make([]consumer.BatchItem, b)
-	h := func(ctx context.Context, i int, it consumer.BatchItem) (struct{}, error) { return struct{}{}, nil }
-	per, bper := n/rounds, bn/rounds/b*b
-	for r := 0; r < rounds; r++ {
-		err := measureIt(paths[0], per, func() error {
-			for i := r * per; i < (r+1)*per; i++ {
-				key := store.RecordKey(consumer.NewKey(ns, "floor", strconv.Itoa(i)))
-				owner := "bench-owner-" + strconv.Itoa(i)
-				if err := client.EvalSha(ctx, lua.BeginScript.Hash(), []string{key}, lease, ret, 5, owner, "", "0").Err(); err != nil {
-					return err
-				}
-				if err := client.EvalSha(ctx, lua.CompleteScript.Hash(), []string{key}, ret, owner, "{}", "").Err(); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		err = measureIt(paths[1], per, func() error {
-			for i := r * per; i < (r+1)*per; i++ {
-				r := consumer.ExecuteIdempotently(ctx, store, consumer.NewKey(ns, "single", strconv.Itoa(i)), payload, noop)
-				if r.Outcome != consumer.Success {
-					return fmt.Errorf("message %d: %v %v", i, r.Outcome, r.Err)
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		err = measureIt(paths[2], bper, func() error {
-			for start := r * bper; start < (r+1)*bper; start += b {
-				for i := range items {
-					items[i] = consumer.BatchItem{Key: consumer.NewKey(ns, "batch", strconv.Itoa(start+i)), Payload: payload}
-				}
-				for i, res := range consumer.ExecuteBatch(ctx, store, items, h) {
-					if res.Outcome != consumer.Success {
-						return fmt.Errorf("message %d: %v %v", start+i, res.Outcome, res.Err)
-					}
-				}
-			}
-			return nil
-		})
-		if err != nil {
+	for rep := 1; rep <= reps; rep++ {
+		if err := r.repetition(rep, n, bn); err != nil {
 			return err
 		}
 	}
-	floor, one, batch := *paths[0], *paths[1], *paths[2]
+	return r.memory(records)
+}
 
-	fmt.Printf("idemkit bench: Redis %s (%s), one goroutine, no-op handler\n\n", version, where)
-	fmt.Printf("%-32s %9s %11s %9s %15s %16s\n", "path", "messages", "msgs/s", "vs floor", "Redis calls/msg", "Redis CPU us/msg")
-	for _, m := range []measure{floor, one, batch} {
-		fmt.Printf("%-32s %9d %11.0f %8.2fx %15.3f %16.2f\n", m.name, m.messages, m.rate(), m.rate()/floor.rate(),
-			m.callsPerMsg(), m.cpuPerMsg())
+// repetition runs every lane once, interleaved in slices, and prints its table.
+func (r *rig) repetition(rep, n, bn int) error {
+	const slices = 10
+	b := r.b
+	lanes := struct{ floor, seed, raw, single, batch, two benchkit.Lane }{
+		benchkit.Lane{Name: fmt.Sprintf("floor: 2 SET per message, B=%d", b)},
+		benchkit.Lane{Name: "seed-002 protocol, one at a time"},
+		benchkit.Lane{Name: fmt.Sprintf("go-redis only: idemkit scripts, B=%d", b)},
+		benchkit.Lane{Name: "ExecuteIdempotently"},
+		benchkit.Lane{Name: fmt.Sprintf("ExecuteBatch B=%d", b)},
+		benchkit.Lane{Name: fmt.Sprintf("ExecuteBatch B=%d, two in flight", b)},
 	}
-	check := func(ok bool) string {
-		if ok {
-			return "met"
+	per, bper := n/slices, bn/slices/(2*b)*(2*b)
+	for s := 0; s < slices; s++ {
+		tag := fmt.Sprintf("%d-%d", rep, s)
+		steps := []struct {
+			lane *benchkit.Lane
+			msgs int
+			body func() error
+		}{
+			{&lanes.floor, bper, func(ks []string) func() error { return func() error { return r.floorLane(ks) } }(r.recordKeys(keys("floor", tag, bper)))},
+			{&lanes.seed, per, func(ks []string) func() error { return func() error { return r.seedLane(ks) } }(r.recordKeys(keys("seed", tag, per)))},
+			{&lanes.raw, bper, func(ks []string) func() error { return func() error { return r.rawLane(ks) } }(r.recordKeys(keys("raw", tag, bper)))},
+			{&lanes.single, per, func(ks []consumer.Key) func() error { return func() error { return r.singleLane(ks) } }(keys("single", tag, per))},
+			{&lanes.batch, bper, func(ks []consumer.Key) func() error { return func() error { return r.batchLane(ks, 1) } }(keys("batch", tag, bper))},
+			{&lanes.two, bper, func(ks []consumer.Key) func() error { return func() error { return r.batchLane(ks, 2) } }(keys("two", tag, bper))},
 		}
-		return "MISSED"
+		for _, st := range steps {
+			if err := r.env.Measure(st.lane, st.msgs, st.body); err != nil {
+				return err
+			}
+		}
 	}
+	fmt.Printf("\nrepetition %d\n", rep)
+	benchkit.Table(os.Stdout, &lanes.floor, &lanes.floor, &lanes.seed, &lanes.raw, &lanes.single, &lanes.batch, &lanes.two)
+	l := &lanes
 	fmt.Println()
-	fmt.Printf("single path >= 0.9x floor:            %5.2fx  %s\n", one.rate()/floor.rate(), check(one.rate() >= 0.9*floor.rate()))
-	fmt.Printf("batch path >= 5x single path:         %5.2fx  %s\n", batch.rate()/one.rate(), check(batch.rate() >= 5*one.rate()))
-	limit := 2/float64(b) + 0.01
-	fmt.Printf("batch Redis calls/msg <= %.3f:        %5.3f   %s\n", limit, batch.callsPerMsg(), check(batch.callsPerMsg() <= limit))
-	fmt.Printf("batch Redis CPU <= 5 us/msg:          %5.2f   %s\n", batch.cpuPerMsg(), check(batch.cpuPerMsg() <= 5))
+	fmt.Printf("  batch Redis CPU/msg <= 1.3x the floor's:       %5.2fx  %s\n", ratio(l.batch.PerMsg(l.batch.ServerCPU), l.floor.PerMsg(l.floor.ServerCPU)),
+		benchkit.Verdict(l.batch.PerMsg(l.batch.ServerCPU) <= 1.3*l.floor.PerMsg(l.floor.ServerCPU)))
+	fmt.Printf("  batch Go CPU/msg <= 2.5 us:                    %5.2f   %s\n", l.batch.PerMsg(l.batch.GoCPU), benchkit.Verdict(l.batch.PerMsg(l.batch.GoCPU) <= 2.5))
+	fmt.Printf("  batch Go CPU/msg <= 1.5x go-redis only:        %5.2fx  %s\n", ratio(l.batch.PerMsg(l.batch.GoCPU), l.raw.PerMsg(l.raw.GoCPU)),
+		benchkit.Verdict(l.batch.PerMsg(l.batch.GoCPU) <= 1.5*l.raw.PerMsg(l.raw.GoCPU)))
+	fmt.Printf("  batch allocations/msg <= 8:                    %5.1f   %s\n", l.batch.AllocsPerMsg(), benchkit.Verdict(l.batch.AllocsPerMsg() <= 8))
+	fmt.Printf("  batch bytes/msg <= 1 KB:                       %5.0f   %s\n", l.batch.BytesPerMsg(), benchkit.Verdict(l.batch.BytesPerMsg() <= 1024))
+	fmt.Printf("  ExecuteIdempotently >= 1.0x seed-002 msgs/s:   %5.2fx  %s\n", l.single.Rate()/l.seed.Rate(), benchkit.Verdict(l.single.Rate() >= l.seed.Rate()))
+	fmt.Printf("  two in flight >= 1.5x one batch msgs/s:        %5.2fx  %s\n", l.two.Rate()/l.batch.Rate(), benchkit.Verdict(l.two.Rate() >= 1.5*l.batch.Rate()))
 	return nil
 }
 
-func serverVersion(ctx context.Context, c *redis.Client) (string, error) {
-	info, err := c.Info(ctx, "server").Result()
-	if err != nil {
-		return "", err
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
 	}
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
-			return v, nil
-		}
-	}
-	return "unknown", nil
-}
-
-// scriptUsec sums the usec of the script commands in INFO commandstats.
-func scriptUsec(ctx context.Context, c *redis.Client) (float64, error) {
-	info, err := c.Info(ctx, "commandstats").Result()
-	if err != nil {
-		return 0, err
-	}
-	var total float64
-	for _, line := range strings.Split(info, "\n") {
-		line = strings.TrimSpace(line)
-		name, rest, ok := strings.Cut(line, ":")
-		if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_eval") {
-			continue
-		}
-		for _, field := range strings.Split(rest, ",") {
-			if v, ok := strings.CutPrefix(field, "usec="); ok {
-				f, err := strconv.ParseFloat(v, 64)
-				if err != nil {
-					return 0, err
-				}
-				total += f
-			}
-		}
-	}
-	return total, nil
+	return a / b
 }

@@ -25,28 +25,35 @@ func RedisForTool() (addr, where string, stop func(), err error) {
 }
 
 // CommandCounter is a go-redis hook that counts the commands a client sends, each
-// command of a pipeline on its own.
-type CommandCounter struct{ n atomic.Int64 }
+// command of a pipeline on its own, and the round trips (a pipeline is one).
+type CommandCounter struct{ n, trips atomic.Int64 }
 
 var _ redis.Hook = (*CommandCounter)(nil)
 
 // Load returns the count; Reset sets it to zero.
 func (c *CommandCounter) Load() int64 { return c.n.Load() }
 
-// Reset sets the count to zero.
-func (c *CommandCounter) Reset() { c.n.Store(0) }
+// RoundTrips returns the round trips counted.
+func (c *CommandCounter) RoundTrips() int64 { return c.trips.Load() }
+
+// Reset sets the counts to zero.
+func (c *CommandCounter) Reset() { c.n.Store(0); c.trips.Store(0) }
 
 // DialHook passes dials through.
 func (c *CommandCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 // ProcessHook counts one command.
 func (c *CommandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { c.n.Add(1); return next(ctx, cmd) }
+	return func(ctx context.Context, cmd redis.Cmder) error { c.n.Add(1); c.trips.Add(1); return next(ctx, cmd) }
 }
 
 // ProcessPipelineHook counts every command of a pipeline.
 func (c *CommandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error { c.n.Add(int64(len(cmds))); return next(ctx, cmds) }
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.n.Add(int64(len(cmds)))
+		c.trips.Add(1)
+		return next(ctx, cmds)
+	}
 }
 
 // Eventually polls ok every 50ms until it holds, failing t after within.

@@ -1,0 +1,74 @@
+package consumer_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/internal/testenv"
+	"github.com/redis/go-redis/v9"
+)
+
+var benchNS = uuid.MustParse("6d3b2f6e-1f0a-4d6b-8e51-0c1c8b7d9a10")
+
+// benchKeys makes n keys outside the measured loop: making keys is the caller's
+// business, not the path's.
+func benchKeys(b *testing.B, n int) []consumer.Key {
+	out := make([]consumer.Key, n)
+	for i := range out {
+		out[i] = consumer.NewKey(benchNS, b.Name(), fmt.Sprint(i))
+	}
+	return out
+}
+
+func benchStore(b *testing.B) *consumer.RedisStore {
+	c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(b), ContextTimeoutEnabled: true})
+	b.Cleanup(func() { _ = c.Close() })
+	s, err := consumer.NewRedisStore(c, consumer.WithPrefix(testenv.Prefix(b)), consumer.WithEvictionCheck(consumer.EvictionIgnore))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s
+}
+
+// BenchmarkExecuteBatch: one op is one message of a batch of 100, no-op handler,
+// against a real Redis (make bench has the full table with CPU per process).
+func BenchmarkExecuteBatch(b *testing.B) {
+	s := benchStore(b)
+	const size = 100
+	keys := benchKeys(b, (b.N/size+1)*size)
+	items := make([]consumer.BatchItem, size)
+	payload := []byte(`{"order":42}`)
+	h := func(context.Context, int, consumer.BatchItem) (struct{}, error) { return struct{}{}, nil }
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for start := 0; start < b.N; start += size {
+		for i := range items {
+			items[i] = consumer.BatchItem{Key: keys[start+i], Payload: payload}
+		}
+		for _, r := range consumer.ExecuteBatch(ctx, s, items, h) {
+			if r.Outcome != consumer.Success {
+				b.Fatal(r.Outcome, r.Err)
+			}
+		}
+	}
+}
+
+// BenchmarkExecuteIdempotently: one message at a time.
+func BenchmarkExecuteIdempotently(b *testing.B) {
+	s := benchStore(b)
+	keys := benchKeys(b, b.N)
+	payload := []byte(`{"order":42}`)
+	noop := func(context.Context) (struct{}, error) { return struct{}{}, nil }
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if r := consumer.ExecuteIdempotently(ctx, s, keys[i], payload, noop); r.Outcome != consumer.Success {
+			b.Fatal(r.Outcome, r.Err)
+		}
+	}
+}

@@ -1,0 +1,47 @@
+package consumer
+
+import "sync"
+
+// scratch holds the per-batch working slices that never leave the library (stores
+// may not keep what they are given; see Store), reused across calls so that a
+// batch allocates little beyond what it returns. Handler contexts are never
+// reused: a handler may keep its context after it returns.
+type scratch struct {
+	fps     []Fingerprint
+	leader  []int
+	pending []int
+	seen    map[Key]int
+	claims  []Claim
+	idx     []int
+	sts     []Settlement
+	beats   []beat
+	herrs   []error
+	started []bool
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+
+func getScratch() *scratch { return scratchPool.Get().(*scratch) }
+
+// put gives sc back for another batch, unless a huge batch made it too big to keep.
+func (sc *scratch) put() {
+	if cap(sc.sts) > 4096 {
+		return
+	}
+	clear(sc.sts[:cap(sc.sts)]) // drop references to results and keys
+	clear(sc.claims[:cap(sc.claims)])
+	clear(sc.herrs[:cap(sc.herrs)])
+	clear(sc.beats[:cap(sc.beats)])
+	clear(sc.seen)
+	scratchPool.Put(sc)
+}
+
+// sized returns s with length n and every element zero, reusing its array when big enough.
+func sized[E any](s []E, n int) []E {
+	if cap(s) < n {
+		return make([]E, n)
+	}
+	s = s[:n]
+	clear(s)
+	return s
+}
