@@ -74,8 +74,17 @@ func startHeartbeat(ctx context.Context, store Store, s Settings, items []beat, 
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.renew = time.AfterFunc(h.interval, func() { h.tick(ctx) })
-	h.guard = time.AfterFunc(time.Hour, h.expire)
-	h.armGuard(mono(time.Now()))
+	// A full lease's deadline comes after the first renewal (lease/3 < lease -
+	// margin), and the guard is armed then: a handler that returns sooner costs one
+	// timer. A claim granted less (its own claim, asked again late) is guarded now.
+	now := mono(time.Now())
+	for k := range h.items {
+		if h.items[k].deadline < now+int64(h.interval) {
+			h.guard = time.AfterFunc(time.Hour, h.expire)
+			h.armGuard(now)
+			break
+		}
+	}
 	return h
 }
 
@@ -87,6 +96,10 @@ func (h *heartbeat) tick(ctx context.Context) {
 	}
 	h.wg.Add(1)
 	defer h.wg.Done()
+	if h.guard == nil {
+		h.guard = time.AfterFunc(time.Hour, h.expire)
+		h.armGuard(mono(time.Now()))
+	}
 	var live []int
 	for k := range h.items {
 		if b := &h.items[k]; !b.done && b.lost == nil {
@@ -216,7 +229,9 @@ func (h *heartbeat) stop() {
 	h.mu.Lock()
 	h.stopped = true
 	h.renew.Stop()
-	h.guard.Stop()
+	if h.guard != nil {
+		h.guard.Stop()
+	}
 	h.mu.Unlock()
 	h.wg.Wait()
 }

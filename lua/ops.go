@@ -174,16 +174,27 @@ func (r *Runner) claimFresh(ctx context.Context, a BeginArgs, b BeginBatch, size
 	var ttl any = (a.Lease + a.Retention).Milliseconds() // boxed once for every command
 	args := make([]any, 6*n)
 	cmds := make([]*redis.Cmd, n)
-	pipe := r.c.Pipeline()
 	start := 0
 	for i := 0; i < n; i++ {
 		cmdArgs := args[6*i : 6*i+6 : 6*i+6]
 		cmdArgs[0], cmdArgs[1], cmdArgs[2], cmdArgs[3], cmdArgs[4], cmdArgs[5] =
 			"set", b.Item(i).Key, records[start:ends[i]], "nx", "px", ttl
 		start = ends[i]
-		cmds[i] = pipe.Do(ctx, cmdArgs...)
+		cmds[i] = redis.NewCmd(ctx, cmdArgs...)
 	}
-	if err := r.within(ctx, func() { _, _ = pipe.Exec(ctx) }); err != nil {
+	send := func() struct{} {
+		if n == 1 {
+			_ = r.c.Process(ctx, cmds[0])
+			return struct{}{}
+		}
+		pipe := r.c.Pipeline()
+		for _, c := range cmds {
+			_ = pipe.Process(ctx, c)
+		}
+		_, _ = pipe.Exec(ctx)
+		return struct{}{}
+	}
+	if _, err := within(r, ctx, send); err != nil {
 		for i := 0; i < n; i++ {
 			b.Answer(i, BeginReply{Err: err})
 		}

@@ -47,14 +47,15 @@ func NewRunner(c redis.UniversalClient) *Runner {
 // Load loads every script (on every primary of a cluster, on every shard of a
 // ring) so that the first calls need no reload.
 func (r *Runner) Load(ctx context.Context) error {
-	var err error
-	if berr := r.within(ctx, func() {
+	err, berr := within(r, ctx, func() error {
 		for _, s := range All() {
-			if err = r.load(ctx, s); err != nil {
-				return
+			if err := r.load(ctx, s); err != nil {
+				return err
 			}
 		}
-	}); berr != nil {
+		return nil
+	})
+	if berr != nil {
 		return berr
 	}
 	return err
@@ -121,8 +122,8 @@ const maxReloads = 5
 
 // exec runs calls in one round trip, bounded as within says.
 func (r *Runner) exec(ctx context.Context, calls []call) []reply {
-	var out []reply
-	if err := r.within(ctx, func() { out = r.run(ctx, calls) }); err != nil {
+	out, err := within(r, ctx, func() []reply { return r.run(ctx, calls) })
+	if err != nil {
 		out = make([]reply, len(calls))
 		for i := range out {
 			out[i].err = err
@@ -136,26 +137,26 @@ func (r *Runner) exec(ctx context.Context, calls []call) []reply {
 // Options.ContextTimeoutEnabled, and then f runs directly: its commands fail with
 // the context's error at the bound. Otherwise f runs in a goroutine of its own:
 // when ctx is done first, within returns a *NoReplyError at once and f finishes in
-// the background, its results dropped. Either way the commands may have run on the
+// the background, its result dropped. Either way the commands may have run on the
 // server.
-func (r *Runner) within(ctx context.Context, f func()) error {
+func within[R any](r *Runner, ctx context.Context, f func() R) (R, error) {
 	if r.honours || ctx.Done() == nil {
-		f()
-		return nil
+		return f(), nil
 	}
-	done := make(chan struct{})
-	go func() { defer close(done); f() }()
+	done := make(chan R, 1)
+	go func() { done <- f() }()
 	select {
-	case <-done:
-		return nil
+	case v := <-done:
+		return v, nil
 	case <-ctx.Done():
 		select {
-		case <-done: // the replies arrived as the bound passed: keep them
-			return nil
+		case v := <-done: // the replies arrived as the bound passed: keep them
+			return v, nil
 		default:
 		}
 	}
-	return &NoReplyError{Cause: context.Cause(ctx)}
+	var zero R
+	return zero, &NoReplyError{Cause: context.Cause(ctx)}
 }
 
 // NoReplyError says a call's reply did not arrive before the caller's bound (its
