@@ -52,8 +52,6 @@ var (
 	ownerSeq atomic.Uint64
 )
 
-func newOwner() string { return newOwners(1)[0] }
-
 // newOwners returns n fresh owner tokens, made in one allocation.
 func newOwners(n int) []string {
 	last := ownerSeq.Add(uint64(n))
