@@ -162,6 +162,10 @@ func (m *MemoryStore) Begin(ctx context.Context, claims []Claim) []ClaimReply {
 			rep.Status, rep.Result, rep.Dropped = StatusCompleted, append([]byte(nil), r.result...), r.dropped
 		case r.state == "failed":
 			rep.Status, rep.Message, rep.Permanent = StatusFailed, r.lastError(), r.permanent
+		case r.state == "forgotten": // an operator removed it: claimed afresh, its fence kept rising
+			r.attempts, r.created, r.history, r.fp = 0, now, nil, Fingerprint{}
+			r.claim(c, now, lease, ret)
+			rep.Status, rep.Fence, rep.Attempts, rep.Lease, rep.Created = StatusAcquired, r.fence, r.attempts, m.s.Lease, created(now)
 		case r.state == "retry" && r.attempts >= m.s.MaxAttempts:
 			r.exhaust(now, ret, "")
 			rep.Status, rep.Message = StatusExhausted, r.lastError()

@@ -105,6 +105,11 @@ for _, key in ipairs(KEYS) do
           kind = 'p'
         end
         row(5, r.fence, r.attempts, 0, created, last_error(r), kind)
+      elseif r.state == 5 then
+        -- forgotten by an operator: claimed afresh, its fence kept rising
+        r.created, r.hist, r.fp = string.sub(cand, 9, 12), nil, nil
+        redis.call('SET', key, started(r, cand, r.fence + 1, 1), 'PX', lease + ret)
+        row(1, r.fence + 1, 1, lease, now, c.fp or '')
       elseif r.state == 4 then
         if r.attempts >= maxAttempts then
           exhaust(key, r, nil)

@@ -22,13 +22,14 @@
 // version 1 (Decode reads it; the layout is spelled out beside Version in record.go,
 // and record.lua reads and writes it inside the scripts):
 //
-//	0  version<<4 | state        1 started, 2 completed, 3 failed, 4 retry
+//	0  version<<4 | state        1 started, 2 completed, 3 failed, 4 retry, 5 forgotten
 //	1  flags                     1 locked, 2 permanent, 4 result dropped, 8 fingerprint, 16 history
 //	2  fence (4)   6 attempts (2)   8 created (4)   12 updated (4, unix seconds)
 //	16 fingerprint (16, when flagged): the first 16 bytes of the payload's SHA-256
 //	   started:   owner length (1), owner, retention in ms (6), [error history]
 //	   completed: the encoded result, or the reason it was not kept
 //	   failed, retry: error history: count (1), then newest first: time (4), length (2), text
+//	   forgotten: nothing more (an operator removed the record; the fence stays)
 //
 // A completed record of a fingerprinted key with an empty result is 32 bytes. A
 // settled record keeps no owner and no lease; a completed one keeps no error history.

@@ -212,3 +212,31 @@ func TestGroupingOnCluster(t *testing.T) {
 		t.Fatalf("%d keys acquired, want 37", len(acquired))
 	}
 }
+
+// A forgotten record (what an operator's forget leaves) is claimed afresh, with a
+// fence larger than any the key had.
+func TestForgottenRecordKeepsItsFence(t *testing.T) {
+	srv := testenv.RedisServer(t)
+	c := srv.Client(t)
+	ctx := context.Background()
+	r := lua.NewRunner(c)
+	now := time.Now().Unix()
+	tomb := []byte{lua.Version<<4 | lua.StateForgotten, 0, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+	if err := c.Set(ctx, "t:{gone}", tomb, time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := r.Peek(ctx, "t:{gone}")
+	if err != nil || rec.Corrupt || rec.StateName() != "forgotten" || rec.Fence != 7 {
+		t.Fatalf("peek: %+v %v", rec, err)
+	}
+	fp := [16]byte{3}
+	rep := begin(ctx, r, lua.BeginArgs{Lease: time.Minute, Retention: time.Hour, MaxAttempts: 3, Now: now},
+		lua.BeginItem{Key: "t:{gone}", Owner: "o", Fingerprint: &fp})[0]
+	if rep.Err != nil || rep.Code != lua.Acquired || rep.Fence != 8 || rep.Attempts != 1 || !rep.HasFP || rep.Fingerprint != fp {
+		t.Fatalf("claim of a forgotten record: %+v", rep)
+	}
+	rec, _ = r.Peek(ctx, "t:{gone}")
+	if rec.StateName() != "started" || rec.Owner != "o" || rec.Created.Unix() != now {
+		t.Fatalf("after the claim: %+v", rec)
+	}
+}

@@ -10,7 +10,8 @@ import (
 // Layout v1 of a record value (a Redis string). All integers are big-endian.
 //
 //	offset size  field
-//	0      1     version<<4 | state (version 1; state 1 started, 2 completed, 3 failed, 4 retry)
+//	0      1     version<<4 | state (version 1; state 1 started, 2 completed, 3 failed, 4 retry,
+//	             5 forgotten: an operator removed the record, and it keeps only its fence)
 //	1      1     flags: 1 claimed under the key's lock, 2 permanent failure, 4 result dropped,
 //	             8 fingerprint present, 16 error history present
 //	2      4     fence
@@ -51,6 +52,9 @@ const (
 	StateCompleted = 2
 	StateFailed    = 3
 	StateRetry     = 4
+	// StateForgotten is what an operator's forget leaves: no state to speak of, only
+	// the fence high-water, so that the next claim's fence is still larger.
+	StateForgotten = 5
 )
 
 // Flags of a record.
@@ -62,7 +66,7 @@ const (
 	FlagHistory   = 16
 )
 
-var stateNames = [...]string{"", "started", "completed", "failed", "retry"}
+var stateNames = [...]string{"", "started", "completed", "failed", "retry", "forgotten"}
 
 // AttemptError is one failed attempt's error, as a record keeps it.
 type AttemptError struct {
@@ -85,7 +89,7 @@ type Fields struct {
 	Result      []byte // completed: the result, or the reason it was dropped (FlagDropped)
 }
 
-// StateName is the state's name: started, completed, failed or retry.
+// StateName is the state's name: started, completed, failed, retry or forgotten.
 func (f *Fields) StateName() string { return stateNames[f.State] }
 
 // ErrNotRecord says a value is not an idemkit record of a layout this version reads.
@@ -104,7 +108,7 @@ func Decode(v []byte) (Fields, error) {
 		return bad(fmt.Sprintf("layout version %d (this version reads %d)", v[0]>>4, Version))
 	}
 	f.State, f.Flags = int(v[0]&0x0f), v[1]
-	if f.State < StateStarted || f.State > StateRetry {
+	if f.State < StateStarted || f.State > StateForgotten {
 		return bad(fmt.Sprintf("unknown state %d", f.State))
 	}
 	f.Fence = int64(binary.BigEndian.Uint32(v[2:]))

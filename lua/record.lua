@@ -35,7 +35,7 @@ local function parse(v)
   if math.floor(b0 / 16) ~= 1 then
     return nil, 'not an idemkit record of layout 1'
   end
-  if state < 1 or state > 4 then
+  if state < 1 or state > 5 then
     return nil, 'not an idemkit record: unknown state'
   end
   local r = {state = state, flags = flags, fence = u32(v, 3), attempts = u16(v, 7), created = string.sub(v, 9, 12)}

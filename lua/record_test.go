@@ -57,7 +57,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte("\x13\x10\x00\x00\x00\x01\x00\x01\x00\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00\x00\x00\x02hi"))
 	f.Fuzz(func(t *testing.T, v []byte) {
 		r, err := lua.Decode(v)
-		if err == nil && (r.State < lua.StateStarted || r.State > lua.StateRetry) {
+		if err == nil && (r.State < lua.StateStarted || r.State > lua.StateForgotten) {
 			t.Fatalf("decoded a record in state %d", r.State)
 		}
 	})
