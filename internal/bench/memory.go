@@ -23,8 +23,12 @@ func (rawCodec) Unmarshal(data []byte, v any) error {
 // plain keys of the same name length holding one byte with a TTL (the least any
 // record with a TTL can cost there).
 func (r *rig) memory(n int) error {
-	fmt.Printf("\nRedis memory per completed record (%d records, key %d bytes: %q)\n", n,
-		len(r.store.RecordKey(key("m", "x", 0))), r.store.RecordKey(key("m", "x", 0)))
+	example, err := consumer.NewRedisStore(r.client, consumer.WithScope("bench"), consumer.WithEvictionCheck(consumer.EvictionIgnore))
+	if err != nil {
+		return err
+	}
+	fmt.Printf("\nRedis memory per completed record (%d records, default prefix, key %d bytes: %q)\n", n,
+		len(example.RecordKey(key("m", "x", 0))), example.RecordKey(key("m", "x", 0)))
 	lanes := []struct {
 		name   string
 		result []byte
@@ -42,8 +46,8 @@ func (r *rig) memory(n int) error {
 		if err != nil {
 			return err
 		}
-		store, err := consumer.NewRedisStore(r.client, consumer.WithPrefix(r.store.Settings().Prefix),
-			consumer.WithScope("bench"), consumer.WithCodec(rawCodec{}), consumer.WithEvictionCheck(consumer.EvictionIgnore))
+		store, err := consumer.NewRedisStore(r.client, consumer.WithScope("bench"), consumer.WithCodec(rawCodec{}),
+			consumer.WithEvictionCheck(consumer.EvictionIgnore))
 		if err != nil {
 			return err
 		}
