@@ -30,20 +30,22 @@ type attempts[T any] struct {
 	idx     []int
 	sts     []Settlement // each attempt's claim; filled in as its settlement
 	ctxs    []itemCtx
-	beats   []beat // handed to the heartbeat
+	leases  []lease // kept by the keeper
+	grants  []time.Duration
+	sent    time.Time // when the claim call was sent
 	values  []T
 	herrs   []error
 	started []bool
 	failed  atomic.Bool
-	hb      *heartbeat
+	hb      *keeper
 }
 
 func newAttempts[T any](store Store, s Settings, sc *scratch, bc batchConfig, fn BatchHandler[T], items []BatchItem,
 	out []Result[T], stopAt int, n int) *attempts[T] {
 	a := &attempts[T]{store: store, s: s, sc: sc, bc: bc, fn: fn, items: items, out: out, stopAt: stopAt,
-		idx: sc.idx[:0], sts: sc.sts[:0], ctxs: make([]itemCtx, 0, n), beats: sc.beats[:0]}
-	if cap(a.sts) < n {
-		a.idx, a.sts, a.beats = make([]int, 0, n), make([]Settlement, 0, n), make([]beat, 0, n)
+		idx: sc.idx[:0], sts: sc.sts[:0], ctxs: make([]itemCtx, 0, n), leases: sc.leases[:0], grants: make([]time.Duration, 0, n)}
+	if cap(a.sts) < n || cap(a.leases) < n || cap(a.idx) < n {
+		a.idx, a.sts, a.leases = make([]int, 0, n), make([]Settlement, 0, n), make([]lease, 0, n)
 	}
 	return a
 }
@@ -56,28 +58,34 @@ func (a *attempts[T]) add(ctx context.Context, i int, c Claim, rep ClaimReply, s
 	a.sts = append(a.sts, Settlement{Key: it.Key, Owner: c.Owner, Ref: rep.Ref, Fence: rep.Fence,
 		Attempts: rep.Attempts, Created: rep.Created, Fingerprint: rep.Fingerprint})
 	a.ctxs = append(a.ctxs, itemCtx{Context: hctx, info: Info{Key: it.Key, Scope: a.s.Scope, Attempt: rep.Attempts, Fence: rep.Fence}})
-	a.beats = append(a.beats, newBeat(cancel, sent, rep.Lease, LeaseMargin(a.s.Lease)))
+	a.leases = append(a.leases, lease{cancel: cancel})
+	a.grants = append(a.grants, rep.Lease)
+	a.sent = sent
 	a.out[i] = Result[T]{Key: it.Key, Attempt: rep.Attempts, Fence: rep.Fence}
 }
 
-// owned names attempt k's claim. The claim's fields never change after add, so
-// the heartbeat may read them at any time.
-func (a *attempts[T]) owned(k int) Owned {
-	st := &a.sts[k]
-	return Owned{Key: st.Key, Owner: st.Owner, Ref: st.Ref, Fence: st.Fence}
-}
+// owned names attempt k's claim.
+func (a *attempts[T]) owned(k int) Owned { return a.leases[k].owned() }
 
 // run runs every handler, settles every attempt and stops the heartbeat, also
 // when something panics on the way.
 func (a *attempts[T]) run(ctx context.Context) {
 	n := len(a.idx)
 	a.values, a.herrs, a.started = make([]T, n), sized(a.sc.herrs, n), sized(a.sc.started, n)
-	a.hb = startHeartbeat(ctx, a.store, a.s, a.beats, a.owned)
+	a.hb = newKeeper(ctx, a.store, a.s)
+	kept := make([]*lease, n)
+	for k := range a.leases {
+		a.leases[k].claim = &a.sts[k] // the claim fields never change while kept
+		kept[k] = &a.leases[k]
+	}
+	a.hb.addAll(kept, a.sent, func(k int) time.Duration { return a.grants[k] })
 	defer func() {
 		a.hb.stop()
-		a.hb.cancelAll()
-		sc := a.sc // the heartbeat is stopped: its slices may serve another batch
-		sc.idx, sc.sts, sc.beats, sc.herrs, sc.started = a.idx, a.sts, a.beats, a.herrs, a.started
+		for k := range a.leases {
+			a.leases[k].cancel(context.Canceled)
+		}
+		sc := a.sc // the keeper is stopped: its slices may serve another batch
+		sc.idx, sc.sts, sc.leases, sc.herrs, sc.started = a.idx, a.sts, a.leases, a.herrs, a.started
 	}()
 	if a.bc.concurrency <= 1 {
 		for k := range a.idx {
@@ -177,7 +185,7 @@ func (a *attempts[T]) settle(ctx context.Context, ks []int) {
 		i := a.idx[k]
 		r := &a.out[i]
 		herr := a.herrs[k]
-		switch lost := a.hb.lostErr(k); {
+		switch lost := a.hb.lostErr(&a.leases[k]); {
 		case !a.started[k]:
 			released, releaseBound = append(released, k), a.s.CallTimeout
 			r.Outcome = Error
@@ -197,7 +205,7 @@ func (a *attempts[T]) settle(ctx context.Context, ks []int) {
 			released = append(released, k)
 			r.Outcome, r.Err = Error, lost
 		default:
-			a.sts[k].Late = !a.hb.live(k)
+			a.sts[k].Late = !a.hb.live(&a.leases[k])
 			r.ResultDropped = fillSettlement(a.s, &a.sts[k], a.values[k], herr)
 			settled = append(settled, k)
 		}
@@ -224,7 +232,7 @@ func (a *attempts[T]) sendSettled(ctx context.Context, ks []int, whole bool) {
 	for n, k := range ks {
 		r := &a.out[a.idx[k]]
 		finishResult(r, a.values[k], a.herrs[k], reps[n])
-		if lost := a.hb.finish(k); lost != nil && errors.Is(r.Err, ErrLeaseLost) {
+		if lost := a.hb.finish(&a.leases[k]); lost != nil && errors.Is(r.Err, ErrLeaseLost) {
 			r.Err = lost
 		}
 		if errors.Is(r.Err, ErrLeaseLost) {
@@ -244,7 +252,7 @@ func (a *attempts[T]) release(ctx context.Context, ks []int, bound time.Duration
 	errs := a.store.Release(rctx, owned) // a failed release only delays the next claim until the lease expires
 	cancel()
 	for n, k := range ks {
-		a.hb.finish(k)
+		a.hb.finish(&a.leases[k])
 		if n < len(errs) && errors.Is(errs[n], ErrLeaseLost) && a.started[k] {
 			r := &a.out[a.idx[k]]
 			if !errors.Is(r.Err, ErrLeaseLost) {
@@ -270,7 +278,7 @@ func (a *attempts[T]) send(ctx context.Context, sts []Settlement, ks []int) []Se
 	for try := 0; ; try++ {
 		var again []int
 		for n := range out {
-			if errors.Is(out[n].Err, ErrStoreUnavailable) && a.hb.live(ks[n]) {
+			if errors.Is(out[n].Err, ErrStoreUnavailable) && a.hb.live(&a.leases[ks[n]]) {
 				again = append(again, n)
 			}
 		}

@@ -22,29 +22,32 @@ import (
 // worker can take its claim over.
 func LeaseMargin(lease time.Duration) time.Duration { return lease/100 + lease/10 }
 
-// heartbeat keeps the claims of running attempts alive: it renews their leases
-// every lease/3 (sooner after a failed renewal), and a guard timer cancels each
-// attempt's handler at its local deadline (see LeaseMargin). An attempt whose
-// renewal is refused (another owner took the claim over) is cancelled at once. It
-// runs on timers, so a handler that returns within lease/3 costs no goroutine.
-type heartbeat struct {
+// keeper keeps the claims of running attempts alive: it renews their leases every
+// lease/3 (sooner after a failed renewal), and a guard timer cancels each attempt's
+// handler at its local deadline (see LeaseMargin). An attempt whose renewal is
+// refused (another owner took the claim over) is cancelled at once. One keeper
+// serves a batch (ExecuteBatch) or a whole Pipeline; attempts join with add and
+// leave with finish. It runs on timers, so attempts that settle within lease/3 cost
+// no goroutine.
+type keeper struct {
 	store    Store
-	owned    func(k int) Owned // attempt k's claim
 	lease    time.Duration
 	margin   time.Duration
 	interval time.Duration
 	bound    time.Duration // longest wait for one renewal call
+	tickFn   func()        // tick with the context whose values reach the store
 
 	mu      sync.Mutex
 	stopped bool
 	renew   *time.Timer
 	guard   *time.Timer
 	wg      sync.WaitGroup // a renewal in flight
-	items   []beat
+	leases  []*lease
 }
 
-// beat is one attempt under the heartbeat. Times are monotonic (see mono).
-type beat struct {
+// lease is one attempt under a keeper. Times are monotonic (see mono).
+type lease struct {
+	claim    *Settlement // the claim's Key, Owner, Ref and Fence; never changed while kept
 	cancel   context.CancelCauseFunc
 	deadline int64 // local deadline: see LeaseMargin
 	renewed  int64 // send time of the last successful claim or renewal
@@ -58,69 +61,95 @@ var epoch = time.Now()
 
 func mono(t time.Time) int64 { return int64(t.Sub(epoch)) }
 
-// newBeat is an attempt whose claim call was sent at sent and granted lease (the
-// lease left, for a claim that found its own owner token).
-func newBeat(cancel context.CancelCauseFunc, sent time.Time, lease, margin time.Duration) beat {
-	return beat{cancel: cancel, renewed: mono(sent), deadline: mono(sent) + int64(lease-margin)}
+func (l *lease) owned() Owned {
+	return Owned{Key: l.claim.Key, Owner: l.claim.Owner, Ref: l.claim.Ref, Fence: l.claim.Fence}
 }
 
-// startHeartbeat starts renewing and guarding items, which it owns from now on
-// (attempts refer to them by index; owned names attempt k's claim). ctx's values
-// reach the store; its cancellation does not stop renewals (stop does).
-func startHeartbeat(ctx context.Context, store Store, s Settings, items []beat, owned func(k int) Owned) *heartbeat {
-	h := &heartbeat{store: store, owned: owned, lease: s.Lease, margin: LeaseMargin(s.Lease), interval: s.Lease / 3, items: items}
-	h.bound = min(h.interval, s.CallTimeout)
+// newKeeper returns a keeper for store's claims. ctx's values reach the store; its
+// cancellation does not stop renewals (stop does).
+func newKeeper(ctx context.Context, store Store, s Settings) *keeper {
+	k := &keeper{store: store, lease: s.Lease, margin: LeaseMargin(s.Lease), interval: s.Lease / 3}
+	k.bound = min(k.interval, s.CallTimeout)
 	ctx = context.WithoutCancel(ctx)
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.renew = time.AfterFunc(h.interval, func() { h.tick(ctx) })
-	// A full lease's deadline comes after the first renewal (lease/3 < lease -
-	// margin), and the guard is armed then: a handler that returns sooner costs one
-	// timer. A claim granted less (its own claim, asked again late) is guarded now.
-	now := mono(time.Now())
-	for k := range h.items {
-		if h.items[k].deadline < now+int64(h.interval) {
-			h.guard = time.AfterFunc(time.Hour, h.expire)
-			h.armGuard(now)
-			break
-		}
-	}
-	return h
+	k.tickFn = func() { k.tick(ctx) }
+	return k
 }
 
-func (h *heartbeat) tick(ctx context.Context) {
-	h.mu.Lock()
-	if h.stopped {
-		h.mu.Unlock()
+// add keeps l, an attempt whose claim call was sent at sent and granted lease (the
+// lease left, for a claim that found its own owner token).
+func (k *keeper) add(l *lease, sent time.Time, granted time.Duration) {
+	l.renewed = mono(sent)
+	l.deadline = l.renewed + int64(granted-k.margin)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.addLocked(l)
+}
+
+// addAll keeps ls, claimed by one call sent at sent, each granted lease[i].
+func (k *keeper) addAll(ls []*lease, sent time.Time, granted func(i int) time.Duration) {
+	for i, l := range ls {
+		l.renewed = mono(sent)
+		l.deadline = l.renewed + int64(granted(i)-k.margin)
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, l := range ls {
+		k.addLocked(l)
+	}
+}
+
+func (k *keeper) addLocked(l *lease) {
+	if k.stopped {
 		return
 	}
-	h.wg.Add(1)
-	defer h.wg.Done()
-	if h.guard == nil {
-		h.guard = time.AfterFunc(time.Hour, h.expire)
-		h.armGuard(mono(time.Now()))
+	k.leases = append(k.leases, l)
+	if k.renew == nil {
+		k.renew = time.AfterFunc(k.interval, k.tickFn)
 	}
-	var live []int
-	for k := range h.items {
-		if b := &h.items[k]; !b.done && b.lost == nil {
-			live = append(live, k)
+	// A full lease's deadline comes after the next renewal (lease/3 < lease -
+	// margin), which arms the guard: attempts that settle sooner cost no guard. A
+	// claim granted less (its own claim, asked again late) is guarded now.
+	if l.deadline < mono(time.Now())+int64(k.interval) {
+		k.armGuard(mono(time.Now()))
+	}
+}
+
+func (k *keeper) tick(ctx context.Context) {
+	k.mu.Lock()
+	if k.stopped {
+		k.mu.Unlock()
+		return
+	}
+	k.wg.Add(1)
+	defer k.wg.Done()
+	kept := k.leases[:0]
+	var live []*lease
+	for _, l := range k.leases {
+		if l.done {
+			continue
+		}
+		kept = append(kept, l)
+		if l.lost == nil {
+			live = append(live, l)
 		}
 	}
-	h.mu.Unlock()
+	clear(k.leases[len(kept):])
+	k.leases = kept
+	k.armGuard(mono(time.Now()))
+	k.mu.Unlock()
 
-	next := h.interval
+	next := k.interval
 	if len(live) > 0 {
 		owned := make([]Owned, len(live))
-		for n, k := range live {
-			owned[n] = h.owned(k)
+		for n, l := range live {
+			owned[n] = l.owned()
 		}
 		sent := mono(time.Now())
-		cctx, cancel := context.WithTimeout(ctx, h.bound)
-		errs := h.store.Extend(cctx, owned)
+		cctx, cancel := context.WithTimeout(ctx, k.bound)
+		errs := k.store.Extend(cctx, owned)
 		cancel()
-		h.mu.Lock()
-		for n, k := range live {
-			b := &h.items[k]
+		k.mu.Lock()
+		for n, l := range live {
 			var err error
 			if n < len(errs) {
 				err = errs[n]
@@ -128,110 +157,106 @@ func (h *heartbeat) tick(ctx context.Context) {
 				err = &StoreError{Op: "extend", Err: errors.New("the store answered fewer items than it was sent")}
 			}
 			switch {
-			case b.done || b.lost != nil:
+			case l.done || l.lost != nil:
 			case err == nil:
-				if dl := sent + int64(h.lease-h.margin); dl > b.deadline {
-					b.deadline, b.renewed = dl, sent
+				if dl := sent + int64(k.lease-k.margin); dl > l.deadline {
+					l.deadline, l.renewed = dl, sent
 				}
 			case errors.Is(err, ErrLeaseLost):
-				h.lose(k, "another owner took the claim over (renewal refused)")
+				k.lose(l, "another owner took the claim over (renewal refused)")
 			case errors.Is(err, ErrStoreUnavailable):
-				next = max(h.interval/4, time.Millisecond) // try again well before the deadline
+				next = max(k.interval/4, time.Millisecond) // try again well before the deadline
 			default:
-				h.lose(k, err.Error())
+				k.lose(l, err.Error())
 			}
 		}
-		h.armGuard(mono(time.Now()))
-		h.mu.Unlock()
+		k.armGuard(mono(time.Now()))
+		k.mu.Unlock()
 	}
 
-	h.mu.Lock()
-	if !h.stopped {
-		h.renew.Reset(next)
+	k.mu.Lock()
+	if !k.stopped {
+		k.renew.Reset(next)
 	}
-	h.mu.Unlock()
+	k.mu.Unlock()
 }
 
 // expire cancels every live attempt whose deadline has passed.
-func (h *heartbeat) expire() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.stopped {
+func (k *keeper) expire() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.stopped {
 		return
 	}
 	now := mono(time.Now())
-	for k := range h.items {
-		if b := &h.items[k]; !b.done && b.lost == nil && now >= b.deadline {
-			h.lose(k, fmt.Sprintf("the lease was not renewed in time: last renewal sent %v ago, lease %v, margin %v",
-				time.Duration(now-b.renewed).Round(time.Millisecond), h.lease, h.margin))
+	for _, l := range k.leases {
+		if !l.done && l.lost == nil && now >= l.deadline {
+			k.lose(l, fmt.Sprintf("the lease was not renewed in time: last renewal sent %v ago, lease %v, margin %v",
+				time.Duration(now-l.renewed).Round(time.Millisecond), k.lease, k.margin))
 		}
 	}
-	h.armGuard(now)
+	k.armGuard(now)
 }
 
-// armGuard sets the guard to the earliest deadline of a live attempt. h.mu is held.
-func (h *heartbeat) armGuard(now int64) {
+// armGuard sets the guard to the earliest deadline of a live attempt. k.mu is held.
+func (k *keeper) armGuard(now int64) {
 	first, any := int64(0), false
-	for k := range h.items {
-		if b := &h.items[k]; !b.done && b.lost == nil && (!any || b.deadline < first) {
-			first, any = b.deadline, true
+	for _, l := range k.leases {
+		if !l.done && l.lost == nil && (!any || l.deadline < first) {
+			first, any = l.deadline, true
 		}
 	}
-	if !any {
-		h.guard.Stop()
-		return
+	switch {
+	case !any && k.guard != nil:
+		k.guard.Stop()
+	case !any:
+	case k.guard == nil:
+		k.guard = time.AfterFunc(time.Duration(max(first-now, 0)), k.expire)
+	default:
+		k.guard.Reset(time.Duration(max(first-now, 0)))
 	}
-	h.guard.Reset(time.Duration(max(first-now, 0)))
 }
 
-// lose marks attempt k lost and cancels its handler. h.mu is held.
-func (h *heartbeat) lose(k int, reason string) {
-	o := h.owned(k)
-	b := &h.items[k]
-	b.lost = &LeaseLostError{Key: o.Key, Fence: o.Fence, Reason: reason}
-	b.cancel(b.lost)
+// lose marks l lost and cancels its handler. k.mu is held.
+func (k *keeper) lose(l *lease, reason string) {
+	l.lost = &LeaseLostError{Key: l.claim.Key, Fence: l.claim.Fence, Reason: reason}
+	l.cancel(l.lost)
 }
 
-// finish stops renewing and guarding attempt k (it is settled) and reports whether
-// it was lost first.
-func (h *heartbeat) finish(k int) *LeaseLostError {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.items[k].done = true
-	return h.items[k].lost
+// finish stops renewing and guarding l (it is settled) and reports whether it was
+// lost first.
+func (k *keeper) finish(l *lease) *LeaseLostError {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	l.done = true
+	return l.lost
 }
 
-// lostErr reports whether attempt k was lost.
-func (h *heartbeat) lostErr(k int) *LeaseLostError {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.items[k].lost
+// lostErr reports whether l was lost.
+func (k *keeper) lostErr(l *lease) *LeaseLostError {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return l.lost
 }
 
-// live reports whether attempt k's local deadline is still ahead.
-func (h *heartbeat) live(k int) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	b := &h.items[k]
-	return b.lost == nil && mono(time.Now()) < b.deadline
-}
-
-// cancelAll cancels every attempt's handler context (the batch is over).
-func (h *heartbeat) cancelAll() {
-	for k := range h.items {
-		h.items[k].cancel(context.Canceled)
-	}
+// live reports whether l's local deadline is still ahead.
+func (k *keeper) live(l *lease) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return l.lost == nil && mono(time.Now()) < l.deadline
 }
 
 // stop ends the renewals and the guard, and waits for a renewal in flight (each is
-// bounded).
-func (h *heartbeat) stop() {
-	h.mu.Lock()
-	h.stopped = true
-	h.renew.Stop()
-	if h.guard != nil {
-		h.guard.Stop()
+// bounded). Leases still kept are no longer renewed.
+func (k *keeper) stop() {
+	k.mu.Lock()
+	k.stopped = true
+	if k.renew != nil {
+		k.renew.Stop()
 	}
-	h.mu.Unlock()
-	h.wg.Wait()
+	if k.guard != nil {
+		k.guard.Stop()
+	}
+	k.mu.Unlock()
+	k.wg.Wait()
 }

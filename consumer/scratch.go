@@ -14,7 +14,7 @@ type scratch struct {
 	claims  []Claim
 	idx     []int
 	sts     []Settlement
-	beats   []beat
+	leases  []lease
 	herrs   []error
 	started []bool
 }
@@ -31,7 +31,7 @@ func (sc *scratch) put() {
 	clear(sc.sts[:cap(sc.sts)]) // drop references to results and keys
 	clear(sc.claims[:cap(sc.claims)])
 	clear(sc.herrs[:cap(sc.herrs)])
-	clear(sc.beats[:cap(sc.beats)])
+	clear(sc.leases[:cap(sc.leases)])
 	clear(sc.seen)
 	scratchPool.Put(sc)
 }
