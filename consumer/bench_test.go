@@ -3,6 +3,7 @@ package consumer_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/google/uuid"
@@ -70,5 +71,39 @@ func BenchmarkExecuteIdempotently(b *testing.B) {
 		if r := consumer.ExecuteIdempotently(ctx, s, keys[i], payload, noop); r.Outcome != consumer.Success {
 			b.Fatal(r.Outcome, r.Err)
 		}
+	}
+}
+
+// BenchmarkPipeline: one op is one message submitted to a pipeline and settled,
+// no-op handler, against a real Redis.
+func BenchmarkPipeline(b *testing.B) {
+	s := benchStore(b)
+	keys := benchKeys(b, b.N)
+	payload := []byte(`{"order":42}`)
+	ctx := context.Background()
+	p, err := consumer.NewPipeline[struct{}](ctx, s)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Add(b.N)
+	run := func(context.Context) (struct{}, error) { return struct{}{}, nil }
+	done := func(r consumer.Result[struct{}]) {
+		if r.Outcome != consumer.Success {
+			b.Error(r.Outcome, r.Err)
+		}
+		wg.Done()
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := p.Submit(ctx, consumer.PipelineItem[struct{}]{Key: keys[i], Payload: payload, Run: run, Done: done}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	wg.Wait()
+	b.StopTimer()
+	if err := p.Shutdown(ctx); err != nil {
+		b.Fatal(err)
 	}
 }
