@@ -39,12 +39,12 @@ type Pipeline[T any] struct {
 	ready     []*pitem[T] // accepted, waiting to be claimed
 	settling  []*pitem[T] // handled, waiting to be settled
 	inflight  map[Key]*pitem[T]
-	stopped   bool // Shutdown began: no more messages
-	abandoned bool // Shutdown's wait ran out: nothing more starts, running handlers are cancelled
+	stopped   bool          // Shutdown began: no more messages
+	abandoned bool          // Shutdown's wait ran out: nothing more starts, running handlers are cancelled
 	wake      chan struct{} // a claim or a settlement may be due
-	quit     chan struct{}
-	loops    sync.WaitGroup
-	items    sync.WaitGroup // messages accepted and not yet settled
+	quit      chan struct{}
+	loops     sync.WaitGroup
+	items     sync.WaitGroup // messages accepted and not yet settled
 }
 
 // PipelineItem is one message for a Pipeline.
@@ -91,7 +91,9 @@ func (f pipelineOptFunc) applyPipeline(c *pipelineConfig) { f(c) }
 
 // WithWindow bounds how many messages a Pipeline holds between Submit and Done;
 // Submit waits while it is full. Default 512.
-func WithWindow(n int) PipelineOption { return pipelineOptFunc(func(c *pipelineConfig) { c.window = n }) }
+func WithWindow(n int) PipelineOption {
+	return pipelineOptFunc(func(c *pipelineConfig) { c.window = n })
+}
 
 // WithHandlers bounds how many handlers run at once. Chosen for handlers that wait
 // on I/O (a database write, an HTTP call). Default 256.
@@ -101,7 +103,9 @@ func WithHandlers(n int) PipelineOption {
 
 // WithMaxBatch bounds how many messages one claim or settle call carries.
 // Default 100.
-func WithMaxBatch(n int) PipelineOption { return pipelineOptFunc(func(c *pipelineConfig) { c.maxBatch = n }) }
+func WithMaxBatch(n int) PipelineOption {
+	return pipelineOptFunc(func(c *pipelineConfig) { c.maxBatch = n })
+}
 
 // WithCallsInFlight sets how many claim calls, and how many settle calls, may be
 // under way at once: two lets the store work on one batch while the next gathers.
@@ -140,7 +144,7 @@ func NewPipeline[T any](ctx context.Context, store Store, opts ...PipelineOption
 		slots: make(chan struct{}, cfg.window), handlers: make(chan struct{}, cfg.concurrency),
 		claimCalls: make(chan struct{}, cfg.calls), settleCalls: make(chan struct{}, cfg.calls),
 		inflight: make(map[Key]*pitem[T]),
-		wake: make(chan struct{}, 1), quit: make(chan struct{}),
+		wake:     make(chan struct{}, 1), quit: make(chan struct{}),
 	}
 	p.loops.Add(1)
 	go p.loop(context.WithoutCancel(ctx))

@@ -29,7 +29,9 @@ type results[T any] struct {
 	done atomic.Int64
 }
 
-func newResults[T any]() *results[T] { return &results[T]{got: map[consumer.Key][]consumer.Result[T]{}} }
+func newResults[T any]() *results[T] {
+	return &results[T]{got: map[consumer.Key][]consumer.Result[T]{}}
+}
 
 func (r *results[T]) item(key consumer.Key, run func(ctx context.Context) (T, error)) consumer.PipelineItem[T] {
 	r.wg.Add(1)
