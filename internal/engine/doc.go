@@ -1,0 +1,13 @@
+// Package engine holds what the broker adapters (and replay) share on top of
+// consumer.Pipeline, which claims, runs and settles messages:
+//
+//   - Sequencer keeps the messages of one lane in order: one at a time per lane,
+//     lanes side by side. A lane is what the adapter says must stay ordered: a Kafka
+//     partition (partition mode), a partition and record key (key mode), nothing
+//     (unordered: every message its own lane).
+//   - Tracker follows a stream of positions (Kafka offsets, AMQP delivery tags) and
+//     says how far the settled ones form an unbroken prefix: what may be committed
+//     or acknowledged with one multiple-ack, never past a message still in flight.
+//
+// Neither does I/O; both are safe for concurrent use.
+package engine
