@@ -133,6 +133,11 @@ func (a *attempts[T]) one(ctx context.Context, k int) {
 		return // the lease ran out before its turn came: released likewise
 	}
 	a.started[k] = true
+	if a.s.observing() {
+		reportHandler(a.s, &a.ctxs[k].info, false, 0, nil)
+		began := time.Now()
+		defer func() { reportHandler(a.s, &a.ctxs[k].info, true, time.Since(began), a.herrs[k]) }()
+	}
 	a.values[k], a.herrs[k] = callHandler(&a.ctxs[k], a.fn, i, a.items[i])
 	if a.herrs[k] != nil {
 		a.failed.Store(true)
@@ -298,9 +303,13 @@ func (a *attempts[T]) send(ctx context.Context, sts []Settlement, ks []int) []Se
 
 // settleOnce is one bounded Settle call, answering every item.
 func (a *attempts[T]) settleOnce(ctx context.Context, sts []Settlement) []SettleReply {
+	began := time.Now()
 	cctx, cancel := context.WithTimeout(ctx, a.s.CallTimeout)
 	reps := a.store.Settle(cctx, sts)
 	cancel()
+	if a.s.observing() {
+		reportSettle(a.s, len(sts), time.Since(began))
+	}
 	if len(reps) < len(sts) {
 		short := &StoreError{Op: "settle", Err: errors.New("the store answered fewer items than it was sent")}
 		for len(reps) < len(sts) {

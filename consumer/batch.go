@@ -109,6 +109,7 @@ func execute[T any](ctx context.Context, store Store, items []BatchItem, fn Batc
 	if s.Locker != nil && !bc.locked {
 		return executeLocked(ctx, store, s, items, fn, bc)
 	}
+	began := time.Now()
 	sc := getScratch()
 	defer sc.put()
 	out := make([]Result[T], len(items))
@@ -182,6 +183,12 @@ func execute[T any](ctx context.Context, store Store, items []BatchItem, fn Batc
 		}
 		out[i] = r
 	}
+	if s.observing() {
+		took := time.Since(began)
+		for i := range out {
+			reportOutcome(s, "execute", &out[i], took)
+		}
+	}
 	return out
 }
 
@@ -200,6 +207,9 @@ func runPass[T any](ctx context.Context, store Store, s Settings, sc *scratch, i
 	bctx, cancel := context.WithTimeout(ctx, min(s.CallTimeout, s.Lease-LeaseMargin(s.Lease)))
 	reps := store.Begin(bctx, claims)
 	cancel()
+	if s.observing() {
+		reportClaim(s, reps, time.Since(sent))
+	}
 	var run, unguarded []int // indexes into pending
 	for j, rep := range reps {
 		i := pending[j]

@@ -31,6 +31,7 @@ func LeaseMargin(lease time.Duration) time.Duration { return lease/100 + lease/1
 // no goroutine.
 type keeper struct {
 	store    Store
+	s        Settings // for the observers
 	lease    time.Duration
 	margin   time.Duration
 	interval time.Duration
@@ -68,7 +69,7 @@ func (l *lease) owned() Owned {
 // newKeeper returns a keeper for store's claims. ctx's values reach the store; its
 // cancellation does not stop renewals (stop does).
 func newKeeper(ctx context.Context, store Store, s Settings) *keeper {
-	k := &keeper{store: store, lease: s.Lease, margin: LeaseMargin(s.Lease), interval: s.Lease / 3}
+	k := &keeper{store: store, s: s, lease: s.Lease, margin: LeaseMargin(s.Lease), interval: s.Lease / 3}
 	k.bound = min(k.interval, s.CallTimeout)
 	ctx = context.WithoutCancel(ctx)
 	k.tickFn = func() { k.tick(ctx) }
@@ -148,6 +149,10 @@ func (k *keeper) tick(ctx context.Context) {
 		cctx, cancel := context.WithTimeout(ctx, k.bound)
 		errs := k.store.Extend(cctx, owned)
 		cancel()
+		if k.s.observing() {
+			e := LeaseEvent{Scope: k.s.Scope, Messages: len(owned), Latency: time.Duration(mono(time.Now()) - sent)}
+			Observe(k.s, func(h LeaseHook) { h.OnLeaseRenewed(e) })
+		}
 		k.mu.Lock()
 		for n, l := range live {
 			var err error
@@ -221,6 +226,10 @@ func (k *keeper) armGuard(now int64) {
 func (k *keeper) lose(l *lease, reason string) {
 	l.lost = &LeaseLostError{Key: l.claim.Key, Fence: l.claim.Fence, Reason: reason}
 	l.cancel(l.lost)
+	if k.s.observing() {
+		e := LeaseEvent{Scope: k.s.Scope, Key: l.claim.Key, Fence: l.claim.Fence, Reason: reason}
+		Observe(k.s, func(h LeaseHook) { h.OnLeaseLost(e) })
+	}
 }
 
 // finish stops renewing and guarding l (it is settled) and reports whether it was

@@ -41,6 +41,7 @@ type Settings struct {
 	EvictionCheck  EvictionCheck
 	Logger         *slog.Logger
 	Locker         Locker
+	Observers      []Observer
 }
 
 // Option configures a store. Every option states its default.

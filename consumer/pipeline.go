@@ -71,6 +71,7 @@ type pitem[T any] struct {
 	herr    error
 	started bool
 	result  Result[T]
+	sent    time.Time   // when its claim call was sent
 	tries   int         // settlements sent
 	next    []*pitem[T] // messages of the same key waiting for this one
 }
@@ -83,6 +84,7 @@ type pipelineConfig struct {
 	concurrency int
 	maxBatch    int
 	calls       int
+	source      string
 }
 
 type pipelineOptFunc func(*pipelineConfig)
@@ -114,11 +116,17 @@ func WithCallsInFlight(n int) PipelineOption {
 	return pipelineOptFunc(func(c *pipelineConfig) { c.calls = n })
 }
 
+// WithSource names what feeds the pipeline in the events its observers see
+// (OutcomeEvent.Source): "kafka", "amqp", "replay"... Default "pipeline".
+func WithSource(name string) PipelineOption {
+	return pipelineOptFunc(func(c *pipelineConfig) { c.source = name })
+}
+
 // NewPipeline starts a pipeline on store. It fails with ErrInvalidConfig on a bad
 // option or store; a store with WithLock is refused (long jobs under a lock run
 // through ExecuteIdempotently).
 func NewPipeline[T any](ctx context.Context, store Store, opts ...PipelineOption) (*Pipeline[T], error) {
-	cfg := pipelineConfig{window: 512, concurrency: 256, maxBatch: 100, calls: 2}
+	cfg := pipelineConfig{window: 512, concurrency: 256, maxBatch: 100, calls: 2, source: "pipeline"}
 	for _, o := range opts {
 		if o == nil {
 			return nil, configError("nil pipeline option")
@@ -277,7 +285,11 @@ func (p *Pipeline[T]) claim(ctx context.Context, batch []*pitem[T]) {
 	bctx, cancel := context.WithTimeout(ctx, min(p.s.CallTimeout, p.s.Lease-LeaseMargin(p.s.Lease)))
 	reps := p.store.Begin(bctx, claims)
 	cancel()
+	if p.s.observing() {
+		reportClaim(p.s, reps, time.Since(sent))
+	}
 	for i, it := range batch {
+		it.sent = sent
 		var rep ClaimReply
 		if i < len(reps) {
 			rep = reps[i]
@@ -317,9 +329,17 @@ func (p *Pipeline[T]) run(it *pitem[T]) {
 			break
 		}
 		it.started = true
+		var began time.Time
+		if p.s.observing() {
+			reportHandler(p.s, &it.hctx.info, false, 0, nil)
+			began = time.Now()
+		}
 		it.value, it.herr = callHandler(&it.hctx, func(ctx context.Context, _ int, _ BatchItem) (T, error) {
 			return it.Run(ctx)
 		}, 0, BatchItem{})
+		if p.s.observing() {
+			reportHandler(p.s, &it.hctx.info, true, time.Since(began), it.herr)
+		}
 		<-p.handlers
 	case <-it.hctx.Done(): // the lease ran out, or the caller gave up, before its turn
 	}
@@ -351,6 +371,13 @@ func (p *Pipeline[T]) finish(it *pitem[T], r Result[T]) {
 	if it.lease.cancel != nil {
 		p.keep.finish(&it.lease)
 		it.lease.cancel(context.Canceled)
+	}
+	if p.s.observing() {
+		var took time.Duration
+		if !it.sent.IsZero() {
+			took = time.Since(it.sent)
+		}
+		reportOutcome(p.s, p.cfg.source, &r, took)
 	}
 	it.Done(r)
 	p.mu.Lock()

@@ -49,9 +49,13 @@ func (p *Pipeline[T]) settle(ctx context.Context, batch []*pitem[T]) {
 		}
 	}
 	if len(sts) > 0 {
+		began := time.Now()
 		cctx, cancel := context.WithTimeout(ctx, p.s.CallTimeout)
 		reps := p.store.Settle(cctx, sts)
 		cancel()
+		if p.s.observing() {
+			reportSettle(p.s, len(sts), time.Since(began))
+		}
 		for n, it := range settled {
 			rep := SettleReply{Err: &StoreError{Op: "settle", Err: errors.New("the store answered fewer items than it was sent")}}
 			if n < len(reps) {

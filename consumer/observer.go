@@ -1,0 +1,260 @@
+package consumer
+
+import (
+	"errors"
+	"time"
+)
+
+// Observer watches executions, for metrics and tracing. An observer implements any
+// of the hook interfaces below (ClaimHook, HandlerHook, LeaseHook, SettleHook,
+// OutcomeHook, and the adapters' RetryHook, DeadLetterHook, CommitHook, AckHook);
+// adding a hook interface later never breaks an observer. Hooks are called
+// synchronously on the paths they watch: keep them fast, and never block. Events
+// are structs so that fields can be added. Install observers with WithObserver; the
+// core, the broker adapters, the HTTP middleware and replay all report to the
+// observers of the store they use.
+type Observer any
+
+// ClaimHook is told of every claim call: how many messages it carried and what
+// they found, and how long the store took.
+type ClaimHook interface{ OnClaim(ClaimEvent) }
+
+// HandlerHook is told when a handler starts and when it returns.
+type HandlerHook interface {
+	OnHandlerStart(HandlerEvent)
+	OnHandlerEnd(HandlerEvent)
+}
+
+// LeaseHook is told of every lease renewal call and of every lease lost.
+type LeaseHook interface {
+	OnLeaseRenewed(LeaseEvent)
+	OnLeaseLost(LeaseEvent)
+}
+
+// SettleHook is told of every settle call: how many messages and how long.
+type SettleHook interface{ OnSettle(SettleEvent) }
+
+// OutcomeHook is told the outcome of every message, once.
+type OutcomeHook interface{ OnOutcome(OutcomeEvent) }
+
+// RetryHook is told of every retry an adapter schedules.
+type RetryHook interface{ OnRetry(RetryEvent) }
+
+// DeadLetterHook is told of every dead-letter copy the broker confirmed.
+type DeadLetterHook interface{ OnDeadLetter(DeadLetterEvent) }
+
+// CommitHook is told of every offset an adapter committed, with the lag then.
+type CommitHook interface{ OnCommit(CommitEvent) }
+
+// AckHook is told of every acknowledgement an adapter sent.
+type AckHook interface{ OnAck(AckEvent) }
+
+// ClaimEvent describes one claim call.
+type ClaimEvent struct {
+	Scope                                      string
+	Messages                                   int
+	Claimed, Duplicates, InProgress, Conflicts int
+	Errors                                     int // answered with an error (store unreachable, corrupt record, exhausted)
+	Latency                                    time.Duration
+}
+
+// HandlerEvent describes a handler's run. Duration and Err are set at its end.
+type HandlerEvent struct {
+	Scope    string
+	Key      Key
+	Attempt  int
+	Fence    int64
+	Duration time.Duration
+	Err      error
+	Kind     string // ErrorKind(Err)
+}
+
+// LeaseEvent describes a renewal call (Messages) or one lost lease (Key, Fence, Reason).
+type LeaseEvent struct {
+	Scope    string
+	Messages int
+	Key      Key
+	Fence    int64
+	Reason   string
+	Latency  time.Duration
+}
+
+// SettleEvent describes one settle call.
+type SettleEvent struct {
+	Scope    string
+	Messages int
+	Latency  time.Duration
+}
+
+// OutcomeEvent describes a message's outcome.
+type OutcomeEvent struct {
+	Source   string // "execute", "pipeline", or the adapter's name ("kafka", "amqp", "http", "replay")
+	Scope    string
+	Key      Key
+	Outcome  Outcome
+	Action   Action
+	Kind     string // ErrorKind of the result's error, "" without one
+	Attempt  int
+	Fence    int64
+	Duration time.Duration // from the claim call to the settlement
+}
+
+// RetryEvent describes a retry an adapter scheduled.
+type RetryEvent struct {
+	Source  string
+	Scope   string
+	Key     Key
+	Attempt int // the delivery that failed, from 1
+	Delay   time.Duration
+	Kind    string
+	Err     error
+}
+
+// DeadLetterEvent describes a confirmed dead-letter copy.
+type DeadLetterEvent struct {
+	Source      string
+	Scope       string
+	Key         Key
+	Kind        string // DeadLetterKind
+	Destination string // topic or queue
+	BodyLess    bool   // the broker refused the full copy: the body was left out
+}
+
+// CommitEvent describes a committed offset.
+type CommitEvent struct {
+	Source    string
+	Topic     string
+	Partition int32
+	Offset    int64
+	Lag       int64 // the partition's high watermark minus Offset when known, else -1
+}
+
+// AckEvent describes an acknowledgement.
+type AckEvent struct {
+	Source   string
+	Queue    string
+	Messages int // how many deliveries it settled (a multiple-ack settles many)
+}
+
+// WithObserver adds observers to the store (see Observer). Default none.
+func WithObserver(obs ...Observer) Option {
+	return optFunc(func(s *Settings) {
+		for _, o := range obs {
+			if o != nil {
+				s.Observers = append(s.Observers, o)
+			}
+		}
+	})
+}
+
+// Observe calls fn for every observer of s that implements H. Adapters report
+// their own events with it.
+func Observe[H any](s Settings, fn func(H)) {
+	for _, o := range s.Observers {
+		if h, ok := o.(H); ok {
+			fn(h)
+		}
+	}
+}
+
+// Error kinds, as ErrorKind names them: stable strings for metric labels and
+// dead-letter headers.
+const (
+	KindPermanent        = "permanent"
+	KindConflict         = "conflict"
+	KindExhausted        = "exhausted"
+	KindLeaseLost        = "lease_lost"
+	KindStoreUnavailable = "store_unavailable"
+	KindCorrupt          = "corrupt"
+	KindUndecodable      = "undecodable"
+	KindInvalidKey       = "invalid_key"
+	KindNotRun           = "not_run"
+	KindAbandoned        = "abandoned"
+	KindPanic            = "panic"
+	KindConfig           = "config"
+	KindHandler          = "handler" // any other handler error
+)
+
+// ErrorKind names the kind of err: one of the Kind constants, or "" for nil. The
+// first that matches wins, in the order the constants are listed.
+func ErrorKind(err error) string {
+	switch {
+	case err == nil:
+		return ""
+	case errors.Is(err, ErrPermanent):
+		return KindPermanent
+	case errors.Is(err, ErrPayloadConflict):
+		return KindConflict
+	case errors.Is(err, ErrAttemptsExhausted):
+		return KindExhausted
+	case errors.Is(err, ErrLeaseLost):
+		return KindLeaseLost
+	case errors.Is(err, ErrStoreUnavailable):
+		return KindStoreUnavailable
+	case errors.Is(err, ErrCorruptRecord):
+		return KindCorrupt
+	case errors.Is(err, ErrUndecodableResult):
+		return KindUndecodable
+	case errors.Is(err, ErrInvalidKey):
+		return KindInvalidKey
+	case errors.Is(err, ErrNotRun):
+		return KindNotRun
+	case errors.Is(err, ErrAbandoned):
+		return KindAbandoned
+	case errors.Is(err, ErrHandlerPanic):
+		return KindPanic
+	case errors.Is(err, ErrInvalidConfig), errors.Is(err, ErrNilHandler):
+		return KindConfig
+	}
+	return KindHandler
+}
+
+// observing reports whether s has any observer: the paths skip building events
+// when not.
+func (s Settings) observing() bool { return len(s.Observers) > 0 }
+
+// reportClaim tells the observers of one claim call.
+func reportClaim(s Settings, reps []ClaimReply, took time.Duration) {
+	e := ClaimEvent{Scope: s.Scope, Messages: len(reps), Latency: took}
+	for i := range reps {
+		switch rep := &reps[i]; {
+		case rep.Err != nil:
+			e.Errors++
+		case rep.Claimed():
+			e.Claimed++
+		case rep.Status == StatusCompleted || rep.Status == StatusFailed:
+			e.Duplicates++
+		case rep.Status == StatusInProgress:
+			e.InProgress++
+		case rep.Status == StatusConflict:
+			e.Conflicts++
+		default:
+			e.Errors++
+		}
+	}
+	Observe(s, func(h ClaimHook) { h.OnClaim(e) })
+}
+
+// reportOutcome tells the observers of one message's outcome.
+func reportOutcome[T any](s Settings, source string, r *Result[T], took time.Duration) {
+	e := OutcomeEvent{Source: source, Scope: s.Scope, Key: r.Key, Outcome: r.Outcome, Action: r.Action(),
+		Kind: ErrorKind(r.Err), Attempt: r.Attempt, Fence: r.Fence, Duration: took}
+	Observe(s, func(h OutcomeHook) { h.OnOutcome(e) })
+}
+
+// reportHandler tells the observers that a handler started (end false) or ended.
+func reportHandler(s Settings, info *Info, end bool, took time.Duration, err error) {
+	e := HandlerEvent{Scope: s.Scope, Key: info.Key, Attempt: info.Attempt, Fence: info.Fence}
+	if !end {
+		Observe(s, func(h HandlerHook) { h.OnHandlerStart(e) })
+		return
+	}
+	e.Duration, e.Err, e.Kind = took, err, ErrorKind(err)
+	Observe(s, func(h HandlerHook) { h.OnHandlerEnd(e) })
+}
+
+// reportSettle tells the observers of one settle call.
+func reportSettle(s Settings, n int, took time.Duration) {
+	e := SettleEvent{Scope: s.Scope, Messages: n, Latency: took}
+	Observe(s, func(h SettleHook) { h.OnSettle(e) })
+}
