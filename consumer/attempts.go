@@ -205,6 +205,9 @@ func (a *attempts[T]) settle(ctx context.Context, ks []int) {
 		case errors.Is(herr, ErrAbandoned):
 			released, releaseBound = append(released, k), a.s.CallTimeout
 			r.Outcome, r.Err = Error, herr
+		case a.ctxs[k].completed.Load(): // the handler recorded its completion itself
+			markedComplete(a.s, r, a.values[k], herr)
+			a.hb.finish(&a.leases[k])
 		case herr != nil && lost != nil:
 			// Cut short by the loss of its lease: not counted as an attempt.
 			released = append(released, k)

@@ -1,6 +1,9 @@
 package consumer
 
-import "context"
+import (
+	"context"
+	"sync/atomic"
+)
 
 // Info describes the attempt a handler runs in.
 type Info struct {
@@ -36,15 +39,35 @@ func InfoFromContext(ctx context.Context) (Info, bool) {
 // in one slice, so the Info costs no allocation of its own.
 type itemCtx struct {
 	context.Context
-	info Info
+	info      Info
+	completed atomic.Bool // MarkCompleted was called
 }
+
+type attemptKey struct{}
 
 // Value answers the attempt's Info, and asks the parent for anything else.
 func (c *itemCtx) Value(key any) any {
-	if _, ok := key.(infoKey); ok {
+	switch key.(type) {
+	case infoKey:
 		return &c.info
+	case attemptKey:
+		return c
 	}
 	return c.Context.Value(key)
+}
+
+// MarkCompleted tells the execution running the handler of ctx that the handler
+// has recorded its key's completion itself, in the store, as part of its own work
+// (a transactional completion committed with the effect: package store/postgres).
+// The execution then does not settle the attempt again: its outcome is SUCCESS
+// with the handler's value. It reports false, and changes nothing, when ctx is not
+// a handler's context. Handlers rarely call it directly.
+func MarkCompleted(ctx context.Context) bool {
+	c, ok := ctx.Value(attemptKey{}).(*itemCtx)
+	if ok {
+		c.completed.Store(true)
+	}
+	return ok
 }
 
 // FenceFromContext returns the attempt's fence, inside a handler. Pass it to a store

@@ -138,6 +138,16 @@ func fillSettlement(s Settings, st *Settlement, v any, herr error) (dropped bool
 	return st.Dropped != ""
 }
 
+// markedComplete fills the result of an attempt whose handler recorded its own
+// completion (MarkCompleted): a success, whatever the handler said after.
+func markedComplete[T any](s Settings, r *Result[T], v T, herr error) {
+	r.Outcome, r.Value, r.Err = Success, v, nil
+	if herr != nil {
+		s.Logger.Warn("consumer: the handler recorded its completion and then returned an error; the completion stands",
+			"key", string(r.Key), "err", herr)
+	}
+}
+
 // marshal encodes v, turning a panic in the codec (or in a MarshalJSON method)
 // into an error that carries the stack.
 func marshal(c Codec, v any) (data []byte, err error) {

@@ -112,6 +112,11 @@ func WithCallTimeout(d time.Duration) Option {
 // WithLogger sets the logger. Default: logs are discarded.
 func WithLogger(l *slog.Logger) Option { return optFunc(func(s *Settings) { s.Logger = l }) }
 
+// NewSettings resolves opts the way the stores of this package do: defaults, then
+// the options, then Validate. Store implementations outside this package use it so
+// that their options mean the same. It fails with ErrInvalidConfig.
+func NewSettings(opts ...Option) (Settings, error) { return newSettings(opts) }
+
 func newSettings(opts []Option) (Settings, error) {
 	s := Settings{
 		Scope:         DefaultScope,

@@ -32,6 +32,9 @@ func (p *Pipeline[T]) settle(ctx context.Context, batch []*pitem[T]) {
 		case errors.Is(it.herr, ErrAbandoned):
 			r.Outcome, r.Err = Error, it.herr
 			released = append(released, it)
+		case it.hctx.completed.Load(): // the handler recorded its completion itself
+			markedComplete(p.s, r, it.value, it.herr)
+			p.finish(it, *r)
 		case it.herr != nil && lost != nil: // cut short by the loss of its lease: not counted
 			r.Outcome, r.Err = Error, lost
 			released = append(released, it)

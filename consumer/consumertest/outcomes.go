@@ -329,3 +329,29 @@ func testAlreadyApplied(t *testing.T, f Factory) {
 		t.Fatalf("stored value = %q", dup.Value)
 	}
 }
+
+// testMarkCompleted: a handler that records its completion itself (as a
+// transactional completion does, in the store's own terms) is not settled again:
+// the core sends no completion, and the handler's result stands.
+func testMarkCompleted(t *testing.T, f Factory) {
+	s := must(t, f)
+	ctx := context.Background()
+	k := key("marked")
+	r := consumer.ExecuteIdempotently(ctx, s, k, nil, func(ctx context.Context) (string, error) {
+		if !consumer.MarkCompleted(ctx) {
+			return "", errors.New("MarkCompleted refused a handler context")
+		}
+		return "done", nil
+	})
+	expect(t, r, consumer.Success, nil)
+	if r.Value != "done" {
+		t.Fatalf("value %q", r.Value)
+	}
+	// This handler only said it completed: the record shows the core sent nothing.
+	if rec, err := s.Peek(ctx, k); err != nil || rec.State != "started" {
+		t.Fatalf("record %+v %v: the core settled an attempt its handler had marked completed", rec, err)
+	}
+	if consumer.MarkCompleted(ctx) {
+		t.Fatal("MarkCompleted accepted a context that is no handler's")
+	}
+}

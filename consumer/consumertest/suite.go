@@ -53,6 +53,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"WaitInProgress", testWaitInProgress},
 		{"PanicIsRetryable", testPanic},
 		{"AlreadyAppliedIsADuplicate", testAlreadyApplied},
+		{"MarkCompletedSkipsTheSettlement", testMarkCompleted},
 		{"BadInput", testBadInput},
 		{"InvalidOptions", testInvalidOptions},
 		{"BatchInOrderExactlyOnce", testBatch},
