@@ -133,12 +133,13 @@ func (a *attempts[T]) one(ctx context.Context, k int) {
 		return // the lease ran out before its turn came: released likewise
 	}
 	a.started[k] = true
+	var hctx context.Context = &a.ctxs[k]
 	if a.s.observing() {
-		reportHandler(a.s, &a.ctxs[k].info, false, 0, nil)
-		began := time.Now()
-		defer func() { reportHandler(a.s, &a.ctxs[k].info, true, time.Since(began), a.herrs[k]) }()
+		var end func(error)
+		hctx, end = startHandler(hctx, a.s, &a.ctxs[k].info)
+		defer func() { end(a.herrs[k]) }()
 	}
-	a.values[k], a.herrs[k] = callHandler(&a.ctxs[k], a.fn, i, a.items[i])
+	a.values[k], a.herrs[k] = callHandler(hctx, a.fn, i, a.items[i])
 	if a.herrs[k] != nil {
 		a.failed.Store(true)
 	}

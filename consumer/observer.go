@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"context"
 	"errors"
 	"time"
 )
@@ -48,6 +49,44 @@ type CommitHook interface{ OnCommit(CommitEvent) }
 
 // AckHook is told of every acknowledgement an adapter sent.
 type AckHook interface{ OnAck(AckEvent) }
+
+// TraceHook lets a tracer wrap every handler run and carry trace context onto the
+// messages an adapter produces (dead-letter and retry copies). StartHandler is
+// called before the handler with its context, which holds the message's Carrier
+// when an adapter fed it (the producer's trace context is in its headers); the
+// context it returns is the handler's, and end is called with the finished event.
+// Inject writes the context's trace into headers through set.
+type TraceHook interface {
+	StartHandler(ctx context.Context, e HandlerEvent) (_ context.Context, end func(HandlerEvent))
+	Inject(ctx context.Context, set func(key, value string))
+}
+
+// Carrier gives read access to a message's headers, for tracers: adapters put the
+// delivered message's headers in the handler's context (ContextWithCarrier).
+type Carrier interface {
+	Get(key string) string
+	Keys() []string
+}
+
+type carrierKey struct{}
+
+// ContextWithCarrier returns ctx holding c (adapters use it for every message).
+func ContextWithCarrier(ctx context.Context, c Carrier) context.Context {
+	return context.WithValue(ctx, carrierKey{}, c)
+}
+
+// CarrierFromContext returns the headers of the message being handled, if an
+// adapter put them there.
+func CarrierFromContext(ctx context.Context) (Carrier, bool) {
+	c, ok := ctx.Value(carrierKey{}).(Carrier)
+	return c, ok
+}
+
+// InjectTrace writes the trace context of ctx into headers through set, with every
+// TraceHook of s: adapters call it on the copies they produce.
+func InjectTrace(ctx context.Context, s Settings, set func(key, value string)) {
+	Observe(s, func(h TraceHook) { h.Inject(ctx, set) })
+}
 
 // ClaimEvent describes one claim call.
 type ClaimEvent struct {
@@ -242,15 +281,28 @@ func reportOutcome[T any](s Settings, source string, r *Result[T], took time.Dur
 	Observe(s, func(h OutcomeHook) { h.OnOutcome(e) })
 }
 
-// reportHandler tells the observers that a handler started (end false) or ended.
-func reportHandler(s Settings, info *Info, end bool, took time.Duration, err error) {
+// startHandler tells the observers that a handler starts with context ctx, lets
+// every TraceHook wrap ctx, and returns the handler's context and what to call when
+// it returns.
+func startHandler(ctx context.Context, s Settings, info *Info) (context.Context, func(error)) {
 	e := HandlerEvent{Scope: s.Scope, Key: info.Key, Attempt: info.Attempt, Fence: info.Fence}
-	if !end {
-		Observe(s, func(h HandlerHook) { h.OnHandlerStart(e) })
-		return
+	Observe(s, func(h HandlerHook) { h.OnHandlerStart(e) })
+	var ends []func(HandlerEvent)
+	Observe(s, func(h TraceHook) {
+		var end func(HandlerEvent)
+		ctx, end = h.StartHandler(ctx, e)
+		if end != nil {
+			ends = append(ends, end)
+		}
+	})
+	began := time.Now()
+	return ctx, func(err error) {
+		e.Duration, e.Err, e.Kind = time.Since(began), err, ErrorKind(err)
+		for i := len(ends) - 1; i >= 0; i-- {
+			ends[i](e)
+		}
+		Observe(s, func(h HandlerHook) { h.OnHandlerEnd(e) })
 	}
-	e.Duration, e.Err, e.Kind = took, err, ErrorKind(err)
-	Observe(s, func(h HandlerHook) { h.OnHandlerEnd(e) })
 }
 
 // reportSettle tells the observers of one settle call.

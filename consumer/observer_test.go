@@ -151,3 +151,69 @@ func TestErrorKind(t *testing.T) {
 		}
 	}
 }
+
+type traceKey struct{}
+
+// tracer is a TraceHook that puts a span name in the handler's context.
+type tracer struct {
+	mu          sync.Mutex
+	ended       []consumer.HandlerEvent
+	fromCarrier []string
+}
+
+func (tr *tracer) StartHandler(ctx context.Context, e consumer.HandlerEvent) (context.Context, func(consumer.HandlerEvent)) {
+	if c, ok := consumer.CarrierFromContext(ctx); ok {
+		tr.mu.Lock()
+		tr.fromCarrier = append(tr.fromCarrier, c.Get("traceparent"))
+		tr.mu.Unlock()
+	}
+	return context.WithValue(ctx, traceKey{}, "span-"+string(e.Key)), func(end consumer.HandlerEvent) {
+		tr.mu.Lock()
+		tr.ended = append(tr.ended, end)
+		tr.mu.Unlock()
+	}
+}
+
+func (tr *tracer) Inject(ctx context.Context, set func(k, v string)) {
+	if v, ok := ctx.Value(traceKey{}).(string); ok {
+		set("traceparent", v)
+	}
+}
+
+type headers map[string]string
+
+func (h headers) Get(k string) string { return h[k] }
+func (h headers) Keys() []string {
+	var out []string
+	for k := range h {
+		out = append(out, k)
+	}
+	return out
+}
+
+// A TraceHook wraps the handler's context, sees the message's carrier, and can
+// inject into produced copies; the handler's context still carries its Info and
+// still accepts MarkCompleted.
+func TestTraceHookWrapsHandlers(t *testing.T) {
+	tr := &tracer{}
+	s := must(consumer.NewMemoryStore(consumer.WithObserver(tr)))
+	ctx := consumer.ContextWithCarrier(context.Background(), headers{"traceparent": "00-abc-def-01"})
+	var injected headers = headers{}
+	r := consumer.ExecuteIdempotently(ctx, s, "traced", nil, func(hctx context.Context) (string, error) {
+		if hctx.Value(traceKey{}) != "span-traced" {
+			return "", errors.New("the handler's context lacks the span")
+		}
+		if info, ok := consumer.InfoFromContext(hctx); !ok || info.Key != "traced" {
+			return "", errors.New("the handler's context lost its Info")
+		}
+		consumer.InjectTrace(hctx, s.Settings(), func(k, v string) { injected[k] = v })
+		return "ok", errors.New("boom")
+	})
+	if r.Outcome != consumer.Error {
+		t.Fatalf("%v %v", r.Outcome, r.Err)
+	}
+	if len(tr.ended) != 1 || tr.ended[0].Kind != consumer.KindHandler || len(tr.fromCarrier) != 1 ||
+		tr.fromCarrier[0] != "00-abc-def-01" || injected["traceparent"] != "span-traced" {
+		t.Fatalf("ended %+v, carrier %v, injected %v", tr.ended, tr.fromCarrier, injected)
+	}
+}

@@ -329,17 +329,15 @@ func (p *Pipeline[T]) run(it *pitem[T]) {
 			break
 		}
 		it.started = true
-		var began time.Time
+		var hctx context.Context = &it.hctx
+		end := func(error) {}
 		if p.s.observing() {
-			reportHandler(p.s, &it.hctx.info, false, 0, nil)
-			began = time.Now()
+			hctx, end = startHandler(hctx, p.s, &it.hctx.info)
 		}
-		it.value, it.herr = callHandler(&it.hctx, func(ctx context.Context, _ int, _ BatchItem) (T, error) {
+		it.value, it.herr = callHandler(hctx, func(ctx context.Context, _ int, _ BatchItem) (T, error) {
 			return it.Run(ctx)
 		}, 0, BatchItem{})
-		if p.s.observing() {
-			reportHandler(p.s, &it.hctx.info, true, time.Since(began), it.herr)
-		}
+		end(it.herr)
 		<-p.handlers
 	case <-it.hctx.Done(): // the lease ran out, or the caller gave up, before its turn
 	}
