@@ -30,10 +30,11 @@ type Pipeline[T any] struct {
 	cfg   pipelineConfig
 	keep  *keeper
 
-	slots       chan struct{} // one per message accepted and not yet settled
-	handlers    chan struct{} // one per running handler
-	claimCalls  chan struct{} // one per claim call under way
-	settleCalls chan struct{} // one per settle or release call under way
+	slots       chan struct{}  // one per message accepted and not yet settled
+	runq        chan *pitem[T] // claimed, waiting for a handler worker
+	workers     int            // handler workers started (at most cfg.concurrency); under mu
+	claimCalls  chan struct{}  // one per claim call under way
+	settleCalls chan struct{}  // one per settle or release call under way
 
 	mu        sync.Mutex
 	ready     []*pitem[T] // accepted, waiting to be claimed
@@ -62,18 +63,19 @@ type PipelineItem[T any] struct {
 // pitem is a message inside the pipeline.
 type pitem[T any] struct {
 	PipelineItem[T]
-	ctx     context.Context // Submit's, for the handler
-	fp      Fingerprint
-	claim   Settlement // the claim, then its settlement
-	lease   lease
-	hctx    itemCtx
-	value   T
-	herr    error
-	started bool
-	result  Result[T]
-	sent    time.Time   // when its claim call was sent
-	tries   int         // settlements sent
-	next    []*pitem[T] // messages of the same key waiting for this one
+	ctx       context.Context // Submit's, for the handler
+	fp        Fingerprint
+	claim     Settlement // the claim, then its settlement
+	lease     lease
+	hctx      itemCtx
+	value     T
+	herr      error
+	started   bool
+	result    Result[T]
+	sent      time.Time   // when its claim call was sent
+	unguarded error       // the store's error, when WithFailOpen runs it without a claim
+	tries     int         // settlements sent
+	next      []*pitem[T] // messages of the same key waiting for this one
 }
 
 // PipelineOption configures a Pipeline. Every option states its default.
@@ -149,7 +151,7 @@ func NewPipeline[T any](ctx context.Context, store Store, opts ...PipelineOption
 	}
 	p := &Pipeline[T]{
 		store: store, s: s, cfg: cfg, keep: newKeeper(ctx, store, s),
-		slots: make(chan struct{}, cfg.window), handlers: make(chan struct{}, cfg.concurrency),
+		slots: make(chan struct{}, cfg.window), runq: make(chan *pitem[T], cfg.window),
 		claimCalls: make(chan struct{}, cfg.calls), settleCalls: make(chan struct{}, cfg.calls),
 		inflight: make(map[Key]*pitem[T]),
 		wake:     make(chan struct{}, 1), quit: make(chan struct{}),
@@ -298,8 +300,9 @@ func (p *Pipeline[T]) claim(ctx context.Context, batch []*pitem[T]) {
 		}
 		switch {
 		case rep.Err != nil && p.s.FailOpen && errors.Is(rep.Err, ErrStoreUnavailable):
-			p.loops.Add(1)
-			go p.runUnguarded(it, rep.Err)
+			it.unguarded = rep.Err
+			p.runq <- it
+			p.addWorker()
 		case rep.Err != nil:
 			p.finish(it, Result[T]{Outcome: Error, Key: it.Key, Err: rep.Err})
 		case rep.Claimed():
@@ -310,24 +313,43 @@ func (p *Pipeline[T]) claim(ctx context.Context, batch []*pitem[T]) {
 			it.lease = lease{claim: &it.claim, cancel: hcancel}
 			it.result = Result[T]{Key: it.Key, Attempt: rep.Attempts, Fence: rep.Fence}
 			p.keep.add(&it.lease, sent, rep.Lease)
-			p.loops.Add(1)
-			go p.run(it)
+			p.runq <- it // never blocks: the window bounds what is claimed
+			p.addWorker()
 		default:
 			p.finish(it, resolve[T](p.s, it.Key, rep))
 		}
 	}
 }
 
-// run runs one claimed message's handler once a handler slot is free, then queues
-// its settlement.
-func (p *Pipeline[T]) run(it *pitem[T]) {
+// addWorker starts one more handler worker while fewer run than allowed and some
+// claimed message waits.
+func (p *Pipeline[T]) addWorker() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.workers >= p.cfg.concurrency || len(p.runq) == 0 {
+		return
+	}
+	p.workers++
+	p.loops.Add(1)
+	go p.work()
+}
+
+// work runs claimed messages' handlers, one at a time, until Shutdown closes runq.
+func (p *Pipeline[T]) work() {
 	defer p.loops.Done()
-	select {
-	case p.handlers <- struct{}{}:
-		if it.hctx.Err() != nil || p.isAbandoned() {
-			<-p.handlers
-			break
-		}
+	for it := range p.runq {
+		p.run(it)
+	}
+}
+
+// run runs one claimed message's handler, unless its lease ran out, or the caller
+// gave up, or Shutdown abandoned it, before its turn; then queues its settlement.
+func (p *Pipeline[T]) run(it *pitem[T]) {
+	if it.unguarded != nil {
+		p.runUnguarded(it, it.unguarded)
+		return
+	}
+	if it.hctx.Err() == nil && !p.isAbandoned() {
 		it.started = true
 		var hctx context.Context = &it.hctx
 		end := func(error) {}
@@ -338,8 +360,6 @@ func (p *Pipeline[T]) run(it *pitem[T]) {
 			return it.Run(ctx)
 		}, 0, BatchItem{})
 		end(it.herr)
-		<-p.handlers
-	case <-it.hctx.Done(): // the lease ran out, or the caller gave up, before its turn
 	}
 	p.mu.Lock()
 	p.settling = append(p.settling, it)
@@ -350,13 +370,10 @@ func (p *Pipeline[T]) run(it *pitem[T]) {
 // runUnguarded runs a message without a claim: the store was unreachable and
 // WithFailOpen says so.
 func (p *Pipeline[T]) runUnguarded(it *pitem[T], why error) {
-	defer p.loops.Done()
-	p.handlers <- struct{}{}
 	p.s.Logger.Warn("consumer: store unavailable: running handler unguarded (fail-open)",
 		"key", string(it.Key), "scope", p.s.Scope, "err", why)
 	v, err := callHandler(withInfo(it.ctx, Info{Key: it.Key, Scope: p.s.Scope, Unguarded: true}),
 		func(ctx context.Context, _ int, _ BatchItem) (T, error) { return it.Run(ctx) }, 0, BatchItem{})
-	<-p.handlers
 	r := Result[T]{Outcome: Success, Value: v, Key: it.Key, Unguarded: true}
 	if err != nil {
 		r = Result[T]{Outcome: Error, Err: err, Key: it.Key, Unguarded: true}
@@ -437,6 +454,7 @@ func (p *Pipeline[T]) Shutdown(ctx context.Context) error {
 		}
 	}
 	close(p.quit)
+	close(p.runq) // every message is answered: nothing more is claimed
 	p.loops.Wait()
 	p.keep.stop()
 	return nil

@@ -333,3 +333,47 @@ func TestPipelineBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// With WithFailOpen, a pipeline whose store is down runs each message once,
+// unguarded and marked so; without it, nothing runs and every message is answered
+// store-unavailable.
+func TestPipelineStoreDown(t *testing.T) {
+	for _, open := range []bool{false, true} {
+		t.Run(fmt.Sprint("fail-open=", open), func(t *testing.T) {
+			px := testenv.NewFaultProxy(t, testenv.RedisAddr(t))
+			c := redis.NewClient(&redis.Options{Addr: px.Addr(), MaxRetries: -1})
+			defer c.Close()
+			s := must(consumer.NewRedisStore(c, consumer.WithPrefix(testenv.Prefix(t)), consumer.WithFailOpen(open),
+				consumer.WithCallTimeout(300*time.Millisecond)))
+			px.Refuse()
+			ctx := context.Background()
+			p, err := consumer.NewPipeline[int](ctx, s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var runs atomic.Int32
+			res := newResults[int]()
+			for i := 0; i < 20; i++ {
+				_ = p.Submit(ctx, res.item(consumer.Key(fmt.Sprint("k", i)), func(context.Context) (int, error) { runs.Add(1); return 1, nil }))
+			}
+			res.wg.Wait()
+			if err := p.Shutdown(ctx); err != nil {
+				t.Fatal(err)
+			}
+			for k, rs := range res.got {
+				r := rs[0]
+				switch {
+				case len(rs) != 1:
+					t.Fatalf("%s answered %d times", k, len(rs))
+				case open && (r.Outcome != consumer.Success || !r.Unguarded):
+					t.Fatalf("%s: %v %v unguarded=%v", k, r.Outcome, r.Err, r.Unguarded)
+				case !open && !errors.Is(r.Err, consumer.ErrStoreUnavailable):
+					t.Fatalf("%s: %v %v", k, r.Outcome, r.Err)
+				}
+			}
+			if want := map[bool]int32{true: 20, false: 0}[open]; runs.Load() != want {
+				t.Fatalf("%d handler runs, want %d", runs.Load(), want)
+			}
+		})
+	}
+}

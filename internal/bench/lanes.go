@@ -186,3 +186,35 @@ func (r *rig) batchLane(all []consumer.Key, flights int) error {
 	close(errs)
 	return <-errs
 }
+
+// pipelineLane runs all through one consumer.Pipeline: claims and completions
+// batched from whatever is waiting, two calls of each in flight.
+func (r *rig) pipelineLane(all []consumer.Key) error {
+	p, err := consumer.NewPipeline[struct{}](r.ctx, r.store, consumer.WithMaxBatch(r.b))
+	if err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	var failed error
+	var mu sync.Mutex
+	wg.Add(len(all))
+	run := func(context.Context) (struct{}, error) { return struct{}{}, nil }
+	done := func(res consumer.Result[struct{}]) {
+		if res.Outcome != consumer.Success {
+			mu.Lock()
+			failed = fmt.Errorf("%s: %v %v", res.Key, res.Outcome, res.Err)
+			mu.Unlock()
+		}
+		wg.Done()
+	}
+	for _, k := range all {
+		if err := p.Submit(r.ctx, consumer.PipelineItem[struct{}]{Key: k, Payload: payload, Run: run, Done: done}); err != nil {
+			return err
+		}
+	}
+	wg.Wait()
+	if err := p.Shutdown(r.ctx); err != nil {
+		return err
+	}
+	return failed
+}

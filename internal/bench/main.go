@@ -11,7 +11,9 @@
 //     idemkit sends, without idemkit's Go code around them;
 //   - ExecuteIdempotently, one message at a time;
 //   - ExecuteBatch with B messages per call, on one goroutine, and on two at once
-//     (two batches in flight).
+//     (two batches in flight);
+//   - a consumer.Pipeline fed one message at a time, batching claims and
+//     completions up to B from whatever waits, two calls of each in flight.
 //
 // CPU is read from /proc/<pid>/stat of this process (Go) and of redis-server (when
 // it runs on this machine: the private one this program starts unless
@@ -102,13 +104,14 @@ func run(n, bn, b, reps, records int) error {
 func (r *rig) repetition(rep, n, bn int) error {
 	const slices = 10
 	b := r.b
-	lanes := struct{ floor, seed, raw, single, batch, two benchkit.Lane }{
+	lanes := struct{ floor, seed, raw, single, batch, two, pipe benchkit.Lane }{
 		benchkit.Lane{Name: fmt.Sprintf("floor: 2 SET per message, B=%d", b)},
 		benchkit.Lane{Name: "seed-002 protocol, one at a time"},
 		benchkit.Lane{Name: fmt.Sprintf("go-redis only: idemkit scripts, B=%d", b)},
 		benchkit.Lane{Name: "ExecuteIdempotently"},
 		benchkit.Lane{Name: fmt.Sprintf("ExecuteBatch B=%d", b)},
 		benchkit.Lane{Name: fmt.Sprintf("ExecuteBatch B=%d, two in flight", b)},
+		benchkit.Lane{Name: fmt.Sprintf("Pipeline, batches up to %d", b)},
 	}
 	per, bper := n/slices, bn/slices/(2*b)*(2*b)
 	for s := 0; s < slices; s++ {
@@ -124,6 +127,7 @@ func (r *rig) repetition(rep, n, bn int) error {
 			{&lanes.single, per, func(ks []consumer.Key) func() error { return func() error { return r.singleLane(ks) } }(keys("single", tag, per))},
 			{&lanes.batch, bper, func(ks []consumer.Key) func() error { return func() error { return r.batchLane(ks, 1) } }(keys("batch", tag, bper))},
 			{&lanes.two, bper, func(ks []consumer.Key) func() error { return func() error { return r.batchLane(ks, 2) } }(keys("two", tag, bper))},
+			{&lanes.pipe, bper, func(ks []consumer.Key) func() error { return func() error { return r.pipelineLane(ks) } }(keys("pipe", tag, bper))},
 		}
 		for _, st := range steps {
 			if err := r.env.Measure(st.lane, st.msgs, st.body); err != nil {
@@ -132,7 +136,7 @@ func (r *rig) repetition(rep, n, bn int) error {
 		}
 	}
 	fmt.Printf("\nrepetition %d\n", rep)
-	benchkit.Table(os.Stdout, &lanes.floor, &lanes.floor, &lanes.seed, &lanes.raw, &lanes.single, &lanes.batch, &lanes.two)
+	benchkit.Table(os.Stdout, &lanes.floor, &lanes.floor, &lanes.seed, &lanes.raw, &lanes.single, &lanes.batch, &lanes.two, &lanes.pipe)
 	l := &lanes
 	fmt.Println()
 	fmt.Printf("  batch Redis CPU/msg <= 1.3x the floor's:       %5.2fx  %s\n", ratio(l.batch.PerMsg(l.batch.ServerCPU), l.floor.PerMsg(l.floor.ServerCPU)),
@@ -144,6 +148,7 @@ func (r *rig) repetition(rep, n, bn int) error {
 	fmt.Printf("  batch bytes/msg <= 1 KB:                       %5.0f   %s\n", l.batch.BytesPerMsg(), benchkit.Verdict(l.batch.BytesPerMsg() <= 1024))
 	fmt.Printf("  ExecuteIdempotently >= 1.0x seed-002 msgs/s:   %5.2fx  %s\n", l.single.Rate()/l.seed.Rate(), benchkit.Verdict(l.single.Rate() >= l.seed.Rate()))
 	fmt.Printf("  two in flight >= 1.5x one batch msgs/s:        %5.2fx  %s\n", l.two.Rate()/l.batch.Rate(), benchkit.Verdict(l.two.Rate() >= 1.5*l.batch.Rate()))
+	fmt.Printf("  pipeline >= 1.5x one batch msgs/s:             %5.2fx  %s\n", l.pipe.Rate()/l.batch.Rate(), benchkit.Verdict(l.pipe.Rate() >= 1.5*l.batch.Rate()))
 	return nil
 }
 
