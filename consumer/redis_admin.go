@@ -216,4 +216,3 @@ func adminRecord(scope string, key Key, rec lua.Record) AdminRecord {
 	}
 	return out
 }
-
