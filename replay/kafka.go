@@ -66,7 +66,9 @@ type kafkaConfig struct {
 
 // KeyHeader reads a record's key from the named header, as the Kafka adapter's
 // WithKeyHeader does. Default "Idempotency-Key".
-func KeyHeader(name string) KafkaOpt { return kafkaOptFunc(func(c *kafkaConfig) { c.keyHeader = name }) }
+func KeyHeader(name string) KafkaOpt {
+	return kafkaOptFunc(func(c *kafkaConfig) { c.keyHeader = name })
+}
 
 // KeyFunc computes a record's key, as the Kafka adapter's WithKeyFunc does; it
 // replaces the header. Default: none.

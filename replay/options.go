@@ -88,7 +88,9 @@ func WithMaxReplays(n int) Option { return optFunc(func(c *config) { c.maxReplay
 // WithQuarantine sets where the loop guard puts the messages it stops (a file, a
 // topic); an error stops the replay. Default: they are only counted (QUARANTINE)
 // and their keys reported.
-func WithQuarantine(fn func(Message) error) Option { return optFunc(func(c *config) { c.quarantine = fn }) }
+func WithQuarantine(fn func(Message) error) Option {
+	return optFunc(func(c *config) { c.quarantine = fn })
+}
 
 // WithAcceptBeyondRetention lets Execute run messages older than the store's
 // retention whose records are gone: such a message may have been handled already

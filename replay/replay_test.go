@@ -210,7 +210,10 @@ func TestJSONLCanonicalAndGuards(t *testing.T) {
 	}
 
 	var ran []string
-	h := func(ctx context.Context, m replay.Message) (int, error) { ran = append(ran, string(m.Key)+"="+string(m.Payload)); return 0, nil }
+	h := func(ctx context.Context, m replay.Message) (int, error) {
+		ran = append(ran, string(m.Key)+"="+string(m.Payload))
+		return 0, nil
+	}
 	var quarantined []string
 	q := replay.WithQuarantine(func(m replay.Message) error { quarantined = append(quarantined, string(m.Key)); return nil })
 	rep, err := replay.Execute(ctx, store, openJSONL(t, path), h, canon, q, replay.WithConcurrency(1))
