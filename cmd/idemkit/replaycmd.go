@@ -115,7 +115,10 @@ func (a *app) open(ctx context.Context, s *sourceFlags, resume *replay.Checkpoin
 	src, err := replay.OpenKafka(octx, opts, r, kopts...)
 	if err != nil {
 		if octx.Err() != nil {
-			return nil, 0, fmt.Errorf("Kafka at %s did not answer (check --kafka-brokers, TLS and SASL): %w", a.kafkaBrokers, octx.Err())
+			err = octx.Err()
+		}
+		if exitCode(err) == exitUnreachable {
+			return nil, 0, fmt.Errorf("Kafka at %s did not answer (check --kafka-brokers, TLS and SASL): %w", a.kafkaBrokers, err)
 		}
 		return nil, 0, err
 	}
