@@ -172,9 +172,9 @@ func TestUsageAndUnreachable(t *testing.T) {
 		{[]string{"forget", "missing", "--reason", "r"}, 3, "no record"},
 		{[]string{"plan"}, 2, "no source"},
 		{[]string{"replay", "--jsonl", "x.jsonl"}, 2, "needs --exec"},
-		{[]string{"--redis", "127.0.0.1:1", "--timeout", "300ms", "stats"}, 5, "Redis at 127.0.0.1:1 did not answer"},
+		{[]string{"--redis", "127.0.0.1:1", "--timeout", "300ms", "stats"}, 5, "the Redis server at 127.0.0.1:1 did not answer"},
 		{[]string{"--redis", "127.0.0.1:1", "--timeout", "300ms", "inspect", "k"}, 5, "did not answer"},
-		{[]string{"plan", "--topic", "t", "--kafka-brokers", "127.0.0.1:1", "--timeout", "300ms"}, 5, "Kafka at 127.0.0.1:1 did not answer"},
+		{[]string{"plan", "--topic", "t", "--kafka-brokers", "127.0.0.1:1", "--timeout", "300ms"}, 5, "the Kafka brokers at 127.0.0.1:1 did not answer"},
 	} {
 		r := idemkit(t, append(flags, tc.args...)...)
 		expect(t, r, tc.code, tc.want)

@@ -118,7 +118,7 @@ func (a *app) open(ctx context.Context, s *sourceFlags, resume *replay.Checkpoin
 			err = octx.Err()
 		}
 		if exitCode(err) == exitUnreachable {
-			return nil, 0, fmt.Errorf("Kafka at %s did not answer (check --kafka-brokers, TLS and SASL): %w", a.kafkaBrokers, err)
+			return nil, 0, fmt.Errorf("the Kafka brokers at %s did not answer (check --kafka-brokers, TLS and SASL): %w", a.kafkaBrokers, err)
 		}
 		return nil, 0, err
 	}

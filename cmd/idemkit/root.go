@@ -225,12 +225,12 @@ func (a *app) store(scope string) (*consumer.RedisStore, error) {
 	return s, nil
 }
 
-// unreachable names the Redis address in an error that says it did not answer.
+// redisErr names the Redis address in an error that says it did not answer.
 func (a *app) redisErr(err error) error {
 	if err == nil || !errors.Is(err, consumer.ErrStoreUnavailable) {
 		return err
 	}
-	return fmt.Errorf("Redis at %s did not answer (check --redis, --cluster, TLS and auth): %w", a.redisAddrs, err)
+	return fmt.Errorf("the Redis server at %s did not answer (check --redis, --cluster, TLS and auth): %w", a.redisAddrs, err)
 }
 
 func (a *app) inspector(scope string) (*admin.Inspector, error) {
