@@ -3,7 +3,8 @@
 //
 //   - plan over -keys keys (default 1,000,000; -existing of them with completed
 //     records): wall time, Redis CPU, and the latency another client sees meanwhile
-//     (a PING every millisecond on its own connection: worst and p99);
+//     (a PING every millisecond from a process of its own: worst and p99, beside
+//     the same probe on the idle server, and the server's own slowlog);
 //   - stats over the same records (bounded SCAN steps), with the same PING probe;
 //   - replay throughput against ExecuteBatch alone on fresh keys of the same shape
 //     (same batch size and concurrency, no-op handler), interleaved in slices and
@@ -11,15 +12,16 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"slices"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/idemkit/idemkit/admin"
@@ -37,7 +39,12 @@ func main() {
 	reps := flag.Int("reps", 3, "repetitions of the throughput comparison")
 	batch := flag.Int("batch", 500, "batch size")
 	conc := flag.Int("concurrency", 16, "handlers at once")
+	probeAddr := flag.String("probe", "", "internal: run as the PING probe process against this address")
 	flag.Parse()
+	if *probeAddr != "" {
+		probeMain(*probeAddr)
+		return
+	}
 	if err := run(*keys, *existing, *n, *reps, *batch, *conc); err != nil {
 		fmt.Fprintln(os.Stderr, "bench-replay:", err)
 		os.Exit(1)
@@ -66,44 +73,64 @@ var payload = []byte(`{"order":42,"amount":1999}`)
 
 func key(tag string, i int) consumer.Key { return consumer.Key(tag + "-" + strconv.Itoa(i)) }
 
-// probe PINGs every millisecond on its own connection until stopped.
+// probe is a child process that PINGs the server every millisecond on its own
+// connection, so that the latency it sees is the server's and the machine's, not
+// this process's goroutine scheduling.
 type probe struct {
-	stop chan struct{}
-	wg   sync.WaitGroup
-	lat  []time.Duration
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	out *bufio.Reader
 }
 
 func startProbe(addr string) *probe {
-	p := &probe{stop: make(chan struct{})}
-	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 1})
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		defer c.Close()
-		t := time.NewTicker(time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-p.stop:
-				return
-			case <-t.C:
-			}
-			s := time.Now()
-			_ = c.Ping(context.Background()).Err()
-			p.lat = append(p.lat, time.Since(s))
-		}
-	}()
+	cmd := exec.Command(os.Args[0], "-probe", addr)
+	in, _ := cmd.StdinPipe()
+	out, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		panic(err)
+	}
+	p := &probe{cmd: cmd, in: in, out: bufio.NewReader(out)}
+	_, _ = p.out.ReadString('\n') // "ready"
 	return p
 }
 
+// end stops the probe and returns the worst and p99 latency of its PINGs.
 func (p *probe) end() (worst, p99 time.Duration, n int) {
-	close(p.stop)
-	p.wg.Wait()
-	slices.Sort(p.lat)
-	if len(p.lat) == 0 {
-		return 0, 0, 0
+	_ = p.in.Close()
+	line, _ := p.out.ReadString('\n')
+	_ = p.cmd.Wait()
+	var w, q int64
+	fmt.Sscan(line, &w, &q, &n)
+	return time.Duration(w), time.Duration(q), n
+}
+
+func probeMain(addr string) {
+	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 1})
+	defer c.Close()
+	_ = c.Ping(context.Background()).Err()
+	stop := make(chan struct{})
+	go func() { _, _ = io.Copy(io.Discard, os.Stdin); close(stop) }()
+	fmt.Println("ready")
+	var lat []time.Duration
+	t := time.NewTicker(time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			slices.Sort(lat)
+			if len(lat) == 0 {
+				fmt.Println(0, 0, 0)
+				return
+			}
+			fmt.Println(int64(lat[len(lat)-1]), int64(lat[len(lat)*99/100]), len(lat))
+			return
+		case <-t.C:
+		}
+		s := time.Now()
+		_ = c.Ping(context.Background()).Err()
+		lat = append(lat, time.Since(s))
 	}
-	return p.lat[len(p.lat)-1], p.lat[len(p.lat)*99/100], len(p.lat)
 }
 
 func run(keys, existing, n, reps, batch, conc int) error {
@@ -143,13 +170,23 @@ func run(keys, existing, n, reps, batch, conc int) error {
 	}
 	fmt.Printf("filled %d completed records in %s\n\n", existing, time.Since(t0).Truncate(time.Millisecond))
 
+	private := where == "private redis-server"
+	if private { // the server's own view: every command slower than 500 us is logged
+		client.ConfigSet(ctx, "slowlog-log-slower-than", "500")
+	}
+	idle := startProbe(addr)
+	time.Sleep(3 * time.Second)
+	worst, p99, pings := idle.end()
+	fmt.Printf("idle server, the same PING probe (%d of them): worst %s, p99 %s\n", pings, worst.Truncate(time.Microsecond), p99.Truncate(time.Microsecond))
+
+	client.SlowLogReset(ctx)
 	s0 := benchkit.CPUTime(pid)
 	g0 := benchkit.CPUTime(0)
 	p := startProbe(addr)
 	start := time.Now()
 	plan, err := replay.Plan(ctx, store, &synthetic{tag: "plan", end: keys}, replay.WithBatchSize(1000))
 	el := time.Since(start)
-	worst, p99, pings := p.end()
+	worst, p99, pings = p.end()
 	if err != nil {
 		return err
 	}
@@ -158,7 +195,9 @@ func run(keys, existing, n, reps, batch, conc int) error {
 		benchkit.CPUTime(0)-g0)
 	fmt.Printf("  verdicts: %v\n", plan.Counts)
 	fmt.Printf("  concurrent PING (%d of them): worst %s, p99 %s\n", pings, worst.Truncate(time.Microsecond), p99.Truncate(time.Microsecond))
+	slowest(ctx, client, private)
 
+	client.SlowLogReset(ctx)
 	in, err := admin.New(store)
 	if err != nil {
 		return err
@@ -174,7 +213,9 @@ func run(keys, existing, n, reps, batch, conc int) error {
 	}
 	fmt.Printf("stats over %d records (SCAN COUNT 1000 + GET/PTTL pipelines): %s; Redis CPU %s\n", st.Records, el.Truncate(time.Millisecond),
 		benchkit.CPUTime(pid)-s0)
-	fmt.Printf("  concurrent PING (%d of them): worst %s, p99 %s\n\n", pings, worst.Truncate(time.Microsecond), p99.Truncate(time.Microsecond))
+	fmt.Printf("  concurrent PING (%d of them): worst %s, p99 %s\n", pings, worst.Truncate(time.Microsecond), p99.Truncate(time.Microsecond))
+	slowest(ctx, client, private)
+	fmt.Println()
 
 	env := benchkit.Env{ServerPid: pid}
 	const slices = 5
@@ -217,4 +258,24 @@ func run(keys, existing, n, reps, batch, conc int) error {
 		fmt.Printf("  replay >= 0.8x ExecuteBatch alone: %.2fx %s\n\n", rl.Rate()/base.Rate(), benchkit.Verdict(rl.Rate() >= 0.8*base.Rate()))
 	}
 	return nil
+}
+
+// slowest prints the slowest commands the server ran since the last SLOWLOG RESET.
+func slowest(ctx context.Context, c *redis.Client, private bool) {
+	if !private {
+		return
+	}
+	logs, err := c.SlowLogGet(ctx, 128).Result()
+	if err != nil {
+		fmt.Println("  slowlog:", err)
+		return
+	}
+	var worst time.Duration
+	name := "-"
+	for _, l := range logs {
+		if l.Duration > worst && (len(l.Args) == 0 || l.Args[0] != "slowlog") {
+			worst, name = l.Duration, fmt.Sprint(l.Args[0])
+		}
+	}
+	fmt.Printf("  server's slowlog: %d commands over 500 us, the slowest %s (%s)\n", len(logs), worst, name)
 }
