@@ -39,6 +39,17 @@
 //   - Loops: a message whose idemkit-replay-count header reached WithMaxReplays
 //     (default 5) is quarantined (WithQuarantine), not run.
 //
+// # Dead-letter redrive
+//
+// RedriveKafka reads a Kafka dead-letter topic (a KafkaSource over it) and
+// republishes each selected copy (RedriveFilter: kinds, keys, times) to the topic it
+// came from, with idemkit-replay-count raised by one. A key completed since is
+// skipped; a key that failed for good is made to run once more first when Rerun is
+// asked (only while still failed, at the fence the store holds, so a second
+// redrive never reruns what the first completed). ReadDeadLetter is the one place
+// that reads the adapter's dead-letter headers. RabbitMQ dead letters are not
+// redriven yet.
+//
 // The Kafka source uses franz-go with the caller's client options (brokers, TLS,
 // SASL) and reads keys from the Idempotency-Key header by default, as the Kafka
 // adapter does (KeyHeader, KeyFunc for others).

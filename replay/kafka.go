@@ -283,7 +283,7 @@ func (s *KafkaSource) Read(ctx context.Context, max int) ([]Message, error) {
 }
 
 func (s *KafkaSource) message(rec *kgo.Record) Message {
-	m := Message{Payload: rec.Value, Partition: partitionName(rec.Topic, rec.Partition), Offset: rec.Offset, Time: rec.Timestamp}
+	m := Message{Payload: rec.Value, Partition: partitionName(rec.Topic, rec.Partition), Offset: rec.Offset, Time: rec.Timestamp, Raw: rec}
 	if len(rec.Headers) > 0 {
 		m.Headers = make(map[string]string, len(rec.Headers))
 		for _, h := range rec.Headers {

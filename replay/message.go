@@ -25,6 +25,8 @@ type Message struct {
 	// KeyErr says why the source could not find the message's key; such a message is
 	// counted INVALID and not run.
 	KeyErr error
+	// Raw is the source's own form of the message (a *kgo.Record for KafkaSource).
+	Raw any
 }
 
 // Source yields the messages of a replay in order. Sources that span partitions

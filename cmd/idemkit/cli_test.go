@@ -361,3 +361,59 @@ func TestBench(t *testing.T) {
 		t.Fatalf("bench table: %q", r.stdout)
 	}
 }
+
+func TestRedriveCLI(t *testing.T) {
+	brokers, _ := testenv.Kafka(t, 1, "pay", "pay.dlq")
+	addr, prefix := testenv.RedisAddr(t), testenv.Prefix(t)
+	store, err := consumer.NewRedisStore(testenv.Redis(t), consumer.WithPrefix(prefix), consumer.WithScope("payments"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for i := 0; i < 3; i++ {
+		k := fmt.Sprintf("p-%d", i)
+		consumer.ExecuteIdempotently(context.Background(), store, consumer.Key(k), []byte(k), func(context.Context) (int, error) {
+			return 0, consumer.Permanent(errors.New("declined"))
+		})
+		rec := &kgo.Record{Topic: "pay.dlq", Key: []byte(k), Value: []byte(k), Headers: []kgo.RecordHeader{
+			{Key: "Idempotency-Key", Value: []byte(k)}, {Key: "idemkit-original-topic", Value: []byte("pay")},
+			{Key: "idemkit-key", Value: []byte(k)}, {Key: "idemkit-outcome", Value: []byte("ERROR")}}}
+		if err := cl.ProduceSync(context.Background(), rec).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flags := []string{"--redis", addr, "--prefix", prefix, "--scope", "payments", "--kafka-brokers", strings.Join(brokers, ","), "redrive", "--topic", "pay.dlq"}
+	expect(t, idemkit(t, flags...), 0, "NOT_RERUN     3", "dry run")
+	expect(t, idemkit(t, append(flags, "--rerun", "--execute")...), 2, "needs --reason")
+	expect(t, idemkit(t, append(flags, "--rerun", "--execute", "--reason", "fixed")...), 0, "REDRIVEN      3")
+	expect(t, idemkit(t, "--redis", addr, "--prefix", prefix, "--scope", "payments", "inspect", "p-1"), 0, "retry", "rerun by tester: fixed")
+	src, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics("pay"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	var got []*kgo.Record
+	for len(got) < 3 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		fs := src.PollFetches(ctx)
+		timedOut := ctx.Err() != nil
+		cancel()
+		if timedOut {
+			t.Fatalf("republished records: %d", len(got))
+		}
+		got = append(got, fs.Records()...)
+	}
+	for _, r := range got {
+		h := map[string]string{}
+		for _, x := range r.Headers {
+			h[x.Key] = string(x.Value)
+		}
+		if h["idemkit-replay-count"] != "1" || h["Idempotency-Key"] != string(r.Key) || h["idemkit-original-topic"] != "" {
+			t.Fatalf("republished headers: %v", h)
+		}
+	}
+}

@@ -22,11 +22,13 @@
 //	plan (--jsonl F | --topic T)     what a replay would do, read-only
 //	replay ... --exec CMD [--execute]
 //	                                 run CMD once per message whose key is not done
+//	redrive --topic DLQ [--rerun --reason TEXT] [--execute]
+//	                                 move Kafka dead letters back to their source topics
 //
 // unstick, forget and rerun record "<op> by <actor>: <reason>" in the record's
 // history; the actor is --actor, else $USER. --fence makes a change conditional on
-// the fence inspect showed. replay is a dry run that prints the plan unless
-// --execute is given; it resumes from --checkpoint, which it writes only after the
+// the fence inspect showed. replay and redrive are dry runs that print what they
+// would do unless --execute is given; replay it resumes from --checkpoint, which it writes only after the
 // effects of the messages before it are recorded.
 //
 // Every command prints a table (list and replay print their counts to standard

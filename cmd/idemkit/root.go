@@ -149,7 +149,7 @@ variable (in brackets). Exit codes: 0 ok, 1 failure, 2 bad usage, 3 no record,
 		a.changeCmd("unstick", "end a started claim whose owner is gone: the next delivery runs the key", (*admin.Inspector).Unstick),
 		a.changeCmd("forget", "remove a record but keep its fence: the next delivery runs the key afresh", (*admin.Inspector).Forget),
 		a.changeCmd("rerun", "let a completed or failed key run once more at its next delivery", (*admin.Inspector).Rerun),
-		a.keygenCmd(), a.benchCmd(), a.planCmd(), a.replayCmd())
+		a.keygenCmd(), a.benchCmd(), a.planCmd(), a.replayCmd(), a.redriveCmd())
 	return root
 }
 
