@@ -35,7 +35,8 @@
 //     they would run again. Plan counts them (BeyondRetention, and of them
 //     BeyondRetentionNew with no record); Execute stops before the first batch
 //     holding one without a record, with ErrBeyondRetention, unless
-//     WithAcceptBeyondRetention(true).
+//     WithAcceptBeyondRetention(true). Only messages whose source knows their time
+//     (Kafka records, JSONL lines with "time") can be checked.
 //   - Loops: a message whose idemkit-replay-count header reached WithMaxReplays
 //     (default 5) is quarantined (WithQuarantine), not run.
 //

@@ -84,7 +84,9 @@ func ResumeFrom(cp Checkpoint) KafkaOpt {
 }
 
 // KafkaSource reads a range of a Kafka topic with franz-go, each partition in
-// offset order. It ends when every partition has reached its To offset.
+// offset order. It ends when it has read the record just before each partition's
+// To offset; a range whose last offset holds no record (compacted away, or a
+// transaction marker) ends only when a later record of that partition arrives.
 type KafkaSource struct {
 	cl      *kgo.Client
 	cfg     kafkaConfig
