@@ -21,6 +21,8 @@ var (
 	releaseSrc string
 	//go:embed peek.lua
 	peekSrc string
+	//go:embed operator.lua
+	operatorSrc string
 )
 
 // Script is the handle of one embedded script: its name, source and SHA-1.
@@ -53,9 +55,11 @@ var (
 	ExtendScript   = newScript("extend", extendSrc)
 	ReleaseScript  = newScript("release", releaseSrc)
 	PeekScript     = newScript("peek", peekSrc)
+	// OperatorScript runs an operator's unstick, forget or rerun (see Runner.Operate).
+	OperatorScript = newScript("operator", operatorSrc)
 )
 
 // All lists every script, for loading them up front.
 func All() []*Script {
-	return []*Script{BeginScript, CompleteScript, FailScript, ExtendScript, ReleaseScript, PeekScript}
+	return []*Script{BeginScript, CompleteScript, FailScript, ExtendScript, ReleaseScript, PeekScript, OperatorScript}
 }

@@ -1,0 +1,248 @@
+package admin
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/idemkit/idemkit/consumer"
+)
+
+// States a record can be in, for Query.States.
+var States = []string{"started", "completed", "failed", "retry", "forgotten"}
+
+// Query selects records for List.
+type Query struct {
+	// Scope limits the listing to one scope; "" lists every scope under the store's prefix.
+	Scope string
+	// States keeps records in these states (see States); empty keeps every state.
+	// "corrupt" keeps keys that hold something that is not a record.
+	States []string
+	// OlderThan keeps records that have been in their state at least this long; 0 keeps all.
+	OlderThan time.Duration
+	// Limit ends the page at this many records. Default 100.
+	Limit int
+	// Cursor is "" to start, then the previous page's Next.
+	Cursor string
+	// ScanCount is how many keys one scan step examines (SCAN's COUNT). Default 1000.
+	ScanCount int
+	// MaxExamined ends the page once this many keys were examined, with a cursor to
+	// go on, so one call stays short however rare the matches are. Default 100,000.
+	MaxExamined int
+}
+
+// Page is one page of a listing.
+type Page struct {
+	Records []Record
+	// Next continues the listing; "" when it is complete.
+	Next string
+	// Examined is how many records this page's scan steps read.
+	Examined int
+}
+
+func (q *Query) check() error {
+	for _, s := range q.States {
+		if !validState(s) {
+			return invalid("state %q: use one of %s or corrupt", s, strings.Join(States, ", "))
+		}
+	}
+	switch {
+	case q.OlderThan < 0:
+		return invalid("older than %v: give 0 or more", q.OlderThan)
+	case q.Limit < 0, q.ScanCount < 0, q.MaxExamined < 0:
+		return invalid("limit %d, scan count %d, max examined %d: give 0 (the default) or more", q.Limit, q.ScanCount, q.MaxExamined)
+	}
+	if q.Limit == 0 {
+		q.Limit = 100
+	}
+	if q.ScanCount == 0 {
+		q.ScanCount = consumer.DefaultScanCount
+	}
+	if q.MaxExamined == 0 {
+		q.MaxExamined = 100_000
+	}
+	return nil
+}
+
+func validState(s string) bool {
+	if s == "corrupt" {
+		return true
+	}
+	for _, v := range States {
+		if s == v {
+			return true
+		}
+	}
+	return false
+}
+
+func (q *Query) keep(r Record) bool {
+	if len(q.States) > 0 {
+		state := r.State
+		if r.Corrupt != "" {
+			state = "corrupt"
+		}
+		found := false
+		for _, s := range q.States {
+			found = found || s == state
+		}
+		if !found {
+			return false
+		}
+	}
+	return q.OlderThan == 0 || (r.Corrupt == "" && r.Age >= q.OlderThan)
+}
+
+// List returns one page of the records that q selects. A page's cursor names the
+// scan step it stopped in and how many of that step's matches it returned, so the
+// next page starts where this one ended.
+func (in *Inspector) List(ctx context.Context, q Query) (Page, error) {
+	if err := q.check(); err != nil {
+		return Page{}, err
+	}
+	step, skip, err := parseCursor(q.Cursor)
+	if err != nil {
+		return Page{}, err
+	}
+	var page Page
+	for {
+		sp, err := in.store.ScanRecords(ctx, consumer.ScanQuery{Scope: q.Scope, Cursor: step, Count: q.ScanCount})
+		if err != nil {
+			return page, err
+		}
+		page.Examined += len(sp.Records)
+		var matches []Record
+		for _, a := range sp.Records {
+			if r := view(a); q.keep(r) {
+				matches = append(matches, r)
+			}
+		}
+		matches = matches[min(skip, len(matches)):]
+		if need := q.Limit - len(page.Records); len(matches) > need {
+			page.Records = append(page.Records, matches[:need]...)
+			page.Next = cursor(step, skip+need)
+			return page, nil
+		}
+		page.Records = append(page.Records, matches...)
+		if sp.Next == "" {
+			return page, nil
+		}
+		step, skip = sp.Next, 0
+		if len(page.Records) == q.Limit || page.Examined >= q.MaxExamined {
+			page.Next = cursor(step, 0)
+			return page, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return page, err
+		}
+	}
+}
+
+// A listing cursor is "<matches to skip>/<scan cursor>".
+func cursor(step string, skip int) string { return strconv.Itoa(skip) + "/" + step }
+
+func parseCursor(c string) (step string, skip int, err error) {
+	if c == "" {
+		return "", 0, nil
+	}
+	n, rest, ok := strings.Cut(c, "/")
+	if ok {
+		skip, err = strconv.Atoi(n)
+	}
+	if !ok || err != nil || skip < 0 {
+		return "", 0, invalid("cursor %q is not one a listing returned", c)
+	}
+	return rest, skip, nil
+}
+
+// StatsQuery selects what Stats counts.
+type StatsQuery struct {
+	// Scope limits the count to one scope; "" counts every scope.
+	Scope string
+	// MaxRecords stops the count after this many records, and marks it Sampled.
+	// Default 1,000,000.
+	MaxRecords int
+	// ScanCount is how many keys one scan step examines. Default 1000.
+	ScanCount int
+}
+
+// Stats are the counts of records by state.
+type Stats struct {
+	Scope string // "" for every scope
+	// Counts maps each state (and "corrupt") to its number of records.
+	Counts map[string]int
+	// Records is how many records were counted.
+	Records int
+	// Stale is how many started records' leases have run out (the next delivery
+	// takes them over).
+	Stale int
+	// OldestStarted is the started record longest in its state; nil when none.
+	OldestStarted *Record
+	// Sampled says the count stopped at MaxRecords before the scan was complete:
+	// Counts are then those of a sample (SCAN's order has nothing to do with a
+	// record's state or age, so proportions hold for the whole).
+	Sampled bool
+	// KeysOnServer is how many keys the store's servers hold in all, records and
+	// everything else (-1 when the store cannot say).
+	KeysOnServer int64
+	// Elapsed is how long the count took.
+	Elapsed time.Duration
+}
+
+// Stats counts records by state, with bounded scan steps.
+func (in *Inspector) Stats(ctx context.Context, q StatsQuery) (Stats, error) {
+	switch {
+	case q.MaxRecords < 0, q.ScanCount < 0:
+		return Stats{}, invalid("max records %d, scan count %d: give 0 (the default) or more", q.MaxRecords, q.ScanCount)
+	case q.MaxRecords == 0:
+		q.MaxRecords = 1_000_000
+	}
+	if q.ScanCount == 0 {
+		q.ScanCount = consumer.DefaultScanCount
+	}
+	start := time.Now()
+	st := Stats{Scope: q.Scope, Counts: make(map[string]int), KeysOnServer: -1}
+	if kc, ok := in.store.(KeyCounter); ok {
+		if n, err := kc.KeyCount(ctx); err == nil {
+			st.KeysOnServer = n
+		}
+	}
+	step := ""
+	for {
+		sp, err := in.store.ScanRecords(ctx, consumer.ScanQuery{Scope: q.Scope, Cursor: step, Count: q.ScanCount})
+		if err != nil {
+			return st, err
+		}
+		for _, a := range sp.Records {
+			r := view(a)
+			st.Records++
+			if r.Corrupt != "" {
+				st.Counts["corrupt"]++
+				continue
+			}
+			st.Counts[r.State]++
+			if r.State != "started" {
+				continue
+			}
+			if r.Stale() {
+				st.Stale++
+			}
+			if st.OldestStarted == nil || r.Age > st.OldestStarted.Age {
+				st.OldestStarted = &r
+			}
+		}
+		if step = sp.Next; step == "" {
+			break
+		}
+		if st.Records >= q.MaxRecords {
+			st.Sampled = true
+			break
+		}
+		if err := ctx.Err(); err != nil {
+			return st, err
+		}
+	}
+	st.Elapsed = time.Since(start)
+	return st, nil
+}

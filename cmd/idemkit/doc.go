@@ -1,0 +1,71 @@
+// Command idemkit operates the idempotency records of services built on idemkit:
+// it inspects, lists and counts records, unsticks, forgets and reruns keys, derives
+// keys from business ids, measures the deployment's Redis, and plans and runs
+// replays of old messages.
+//
+// Install it with
+//
+//	go install github.com/idemkit/idemkit/cmd/idemkit@latest
+//
+// # Commands
+//
+//	inspect KEY                      one record: state, owner, fence, attempts, lease left,
+//	                                 fingerprint, times, result size, error history
+//	list [--state S] [--older-than D] [--limit N] [--cursor C]
+//	                                 records by state and age (bounded SCANs on every primary)
+//	stats [--max-records N]          counts by state, the oldest started record (sampled past N)
+//	unstick KEY --reason TEXT        end a started claim whose owner is gone
+//	forget KEY --reason TEXT         remove a record, keeping its fence
+//	rerun KEY --reason TEXT          let a completed or failed key run once more
+//	keygen NS PARTS...               the key consumer.NewKey(NS, PARTS...) derives
+//	bench                            floor / ExecuteIdempotently / ExecuteBatch on this Redis
+//	plan (--jsonl F | --topic T)     what a replay would do, read-only
+//	replay ... --exec CMD [--execute]
+//	                                 run CMD once per message whose key is not done
+//	redrive --topic DLQ [--rerun --reason TEXT] [--execute]
+//	                                 move Kafka dead letters back to their source topics
+//
+// unstick, forget and rerun record "<op> by <actor>: <reason>" in the record's
+// history; the actor is --actor, else $USER. --fence makes a change conditional on
+// the fence inspect showed. replay and redrive are dry runs that print what they
+// would do unless --execute is given; replay it resumes from --checkpoint, which it writes only after the
+// effects of the messages before it are recorded.
+//
+// Every command prints a table (list and replay print their counts to standard
+// error) or, with --json, JSON on standard output.
+//
+// # Connections
+//
+// Redis: --redis host:port [IDEMKIT_REDIS_ADDR], --cluster with seed nodes
+// [IDEMKIT_REDIS_CLUSTER], --sentinel-master NAME with sentinel addresses
+// [IDEMKIT_REDIS_SENTINEL_MASTER], --redis-username [IDEMKIT_REDIS_USERNAME],
+// --redis-password [IDEMKIT_REDIS_PASSWORD], --redis-db, --redis-tls
+// [IDEMKIT_REDIS_TLS], --redis-tls-ca FILE [IDEMKIT_REDIS_TLS_CA]. Records:
+// --prefix [IDEMKIT_PREFIX], --scope [IDEMKIT_SCOPE], --retention
+// [IDEMKIT_RETENTION]: the service's WithPrefix, WithScope and WithRetention.
+// Kafka: --kafka-brokers [IDEMKIT_KAFKA_BROKERS], --kafka-tls [IDEMKIT_KAFKA_TLS],
+// --kafka-tls-ca [IDEMKIT_KAFKA_TLS_CA], --kafka-sasl PLAIN|SCRAM-SHA-256|SCRAM-SHA-512
+// [IDEMKIT_KAFKA_SASL], --kafka-username, --kafka-password [IDEMKIT_KAFKA_USERNAME,
+// IDEMKIT_KAFKA_PASSWORD]. Every Redis call is bounded by --timeout [IDEMKIT_TIMEOUT].
+//
+// # Exit codes
+//
+//	0  done
+//	1  failed for another reason (the message says why)
+//	2  bad usage: an unknown flag, a missing argument or a value out of range
+//	3  no record at the key
+//	4  refused: the record's state or fence does not allow the change, or the replay's
+//	   retention guard stopped it (--accept-beyond-retention)
+//	5  Redis or Kafka did not answer
+//	6  a replay finished with messages that did not settle (retryable errors, or in
+//	   progress elsewhere): run it again to retry them
+//
+// # Dependencies
+//
+// Flags and subcommands are github.com/spf13/cobra (with spf13/pflag): the most
+// used Go command framework, with POSIX flags, generated help and typed flag
+// errors, kept up by a large community. The replay's progress bar is
+// github.com/schollz/progressbar/v3, small and maintained, with throttled
+// redraws; golang.org/x/term tells whether standard error is a terminal. They live
+// in this module of their own, so services that import idemkit never download them.
+package main

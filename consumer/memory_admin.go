@@ -1,0 +1,172 @@
+package consumer
+
+import (
+	"context"
+	"sort"
+	"time"
+)
+
+// The operator's side of MemoryStore, with RedisStore's semantics: scans, batched
+// reads and operator transitions. A memory store holds one scope, its own: other
+// scopes are empty.
+
+// ChangeRecord runs one operator transition (see OperatorOp), atomically.
+func (m *MemoryStore) ChangeRecord(ctx context.Context, c OperatorChange) (OperatorReply, error) {
+	if m == nil {
+		return OperatorReply{}, errNilStore
+	}
+	if err := c.Key.Validate(); err != nil {
+		return OperatorReply{}, err
+	}
+	if c.Op < OpUnstick || c.Op > OpRerun {
+		return OperatorReply{}, configError("operator op %d: use OpUnstick, OpForget or OpRerun", c.Op)
+	}
+	if err := ctx.Err(); err != nil {
+		return OperatorReply{}, &StoreError{Op: c.Op.String(), Err: err}
+	}
+	if c.Scope != "" && c.Scope != m.s.Scope {
+		return OperatorReply{Status: ChangeNotFound}, nil
+	}
+	ret := m.s.Retention.Milliseconds()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := nowMillis()
+	r := m.get(c.Key, now)
+	if r == nil {
+		return OperatorReply{Status: ChangeNotFound}, nil
+	}
+	out := OperatorReply{State: r.state, Fence: r.fence, NewFence: r.fence}
+	if r.state == "started" {
+		out.LeaseLeft = time.Duration(max(r.lease-now, 0)) * time.Millisecond
+	}
+	if c.Fence != 0 && c.Fence != r.fence {
+		out.Status = ChangeFenceMoved
+		return out, nil
+	}
+	switch {
+	case c.Op == OpUnstick && r.state == "started":
+		r.state, r.owner, r.locked, r.lease = "retry", "", false, 0
+		r.fence++
+		r.attempts = max(r.attempts-1, 0)
+		r.expires = now + ret
+	case c.Op == OpForget && r.state != "forgotten":
+		r.state, r.owner, r.locked, r.lease, r.attempts = "forgotten", "", false, 0, 0
+		r.fp, r.result, r.dropped, r.permanent = Fingerprint{}, nil, "", false
+		r.expires = max(r.expires, now+ret)
+	case c.Op == OpRerun && (r.state == "completed" || r.state == "failed"):
+		r.state, r.attempts, r.result, r.dropped, r.permanent = "retry", 0, nil, "", false
+		r.expires = max(r.expires, now+ret)
+	default:
+		out.Status, out.LeaseLeft = ChangeWrongState, 0
+		return out, nil
+	}
+	if c.Op != OpUnstick {
+		out.LeaseLeft = 0
+	}
+	if out.State == "completed" {
+		r.history = nil
+	}
+	r.pushError(now, c.Note)
+	r.updated = now
+	out.Status, out.NewFence = ChangeApplied, r.fence
+	return out, nil
+}
+
+// PeekRecords reads the records of keys in scope ("" for the store's own) without
+// changing them.
+func (m *MemoryStore) PeekRecords(ctx context.Context, scope string, keys []Key) ([]AdminRecord, error) {
+	if m == nil {
+		return nil, errNilStore
+	}
+	if scope == "" {
+		scope = m.s.Scope
+	}
+	out := make([]AdminRecord, len(keys))
+	for i, k := range keys {
+		if err := k.Validate(); err != nil {
+			return nil, err
+		}
+		out[i].Scope = scope
+		out[i].Key = k
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, &StoreError{Op: "peek", Err: err}
+	}
+	if scope != m.s.Scope {
+		now := time.Now()
+		for i := range out {
+			out[i].Now = now
+		}
+		return out, nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := nowMillis()
+	for i, k := range keys {
+		out[i].Record = m.snapshot(k, now)
+	}
+	return out, nil
+}
+
+// ScanRecords runs one step of a scan over the store's records, in key order; the
+// cursor is the last key of the previous step.
+func (m *MemoryStore) ScanRecords(ctx context.Context, q ScanQuery) (ScanPage, error) {
+	if m == nil {
+		return ScanPage{}, errNilStore
+	}
+	if err := ctx.Err(); err != nil {
+		return ScanPage{}, &StoreError{Op: "scan", Err: err}
+	}
+	if q.Cursor != "" && q.Cursor[0] != '>' {
+		return ScanPage{}, configError("scan cursor %q is not one a scan of this store returned", q.Cursor)
+	}
+	if q.Scope != "" && q.Scope != m.s.Scope {
+		return ScanPage{Node: "memory"}, nil
+	}
+	count := q.Count
+	if count <= 0 {
+		count = DefaultScanCount
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := nowMillis()
+	keys := make([]Key, 0, len(m.records))
+	for k, r := range m.records {
+		if r.expires > now && (q.Cursor == "" || string(k) > q.Cursor[1:]) {
+			keys = append(keys, k)
+		}
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
+	page := ScanPage{Node: "memory"}
+	if len(keys) > count {
+		keys = keys[:count]
+		page.Next = ">" + string(keys[len(keys)-1])
+	}
+	for _, k := range keys {
+		page.Records = append(page.Records, AdminRecord{Scope: m.s.Scope, Record: m.snapshot(k, now)})
+	}
+	return page, nil
+}
+
+// snapshot is key's record as Peek answers it; the caller holds m.mu.
+func (m *MemoryStore) snapshot(key Key, now int64) Record {
+	rec := Record{Key: key, Now: time.UnixMilli(now)}
+	r := m.get(key, now)
+	if r == nil {
+		return rec
+	}
+	rec.Found, rec.State, rec.Owner, rec.Fence, rec.Attempts = true, r.state, r.owner, r.fence, r.attempts
+	rec.Fingerprint, rec.Dropped = r.fp, r.dropped
+	if r.state == "completed" && r.dropped == "" {
+		rec.Result = append([]byte(nil), r.result...)
+	}
+	rec.Error, rec.History = r.lastError(), append([]AttemptError(nil), r.history...)
+	rec.Permanent, rec.Locked = r.state == "failed" && r.permanent, r.locked
+	rec.Created, rec.Updated = created(r.created), created(r.updated)
+	rec.TTL = time.Duration(r.expires-now) * time.Millisecond
+	if r.state == "started" {
+		rec.LeaseUntil = time.UnixMilli(r.lease)
+		rec.Retention = m.s.Retention
+	}
+	return rec
+}

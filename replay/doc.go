@@ -1,0 +1,57 @@
+// Package replay drives old messages through a handler again, idempotently: a
+// range of a Kafka topic (by offsets or times, per partition), a JSON Lines file,
+// or any Source. Messages whose keys are completed are DUPLICATEs and do not run;
+// the others run once, however often the replay is interrupted and resumed.
+//
+// # Plan, then execute
+//
+// Plan reads the source and the records of its keys, read-only and in batches
+// (one round trip of plain reads per batch on Redis), and counts what an
+// execution would do: NEW (no record: the handler runs), RETRY (a retryable
+// failure, or a claim whose lease ran out: runs again), DUPLICATE, FAILED,
+// IN_PROGRESS, CONFLICT (the record's fingerprint differs), CORRUPT, INVALID (no
+// usable key) and QUARANTINE (the loop guard). The report marshals to JSON.
+//
+// Execute runs the messages in batches through consumer.ExecuteBatch (one claim
+// and one completion round trip per batch, WithConcurrency handlers at once),
+// reading the next batch while one runs, optionally at a rate (WithRate). It
+// reports progress after each batch (WithProgress) and saves a checkpoint
+// (WithCheckpoint): per partition, the offset of the first message that did not
+// settle. It is saved only after the effects of every message before it were
+// recorded, at most once a second and at the end, so a resumed replay never skips
+// unsettled work, and what it repeats the store answers as DUPLICATE. A message
+// with a retryable error, or in progress elsewhere, holds its partition's
+// checkpoint where it is (the rest of the partition still runs). Cancelling the
+// context stops the replay after the running handlers: the rest of their batch is
+// released unrun, and the checkpoint is saved.
+//
+// # Traps it guards against
+//
+//   - Re-encoded payloads: idemkit fingerprints the bytes the live consumer passed
+//     it; an archive that re-encoded them (pretty-printed JSON, say) conflicts on
+//     every key. WithCanonical gives the bytes to fingerprint (CompactJSON undoes
+//     whitespace changes); the handler still gets the message as stored.
+//   - Messages older than the retention: their records may have expired, and
+//     they would run again. Plan counts them (BeyondRetention, and of them
+//     BeyondRetentionNew with no record); Execute stops before the first batch
+//     holding one without a record, with ErrBeyondRetention, unless
+//     WithAcceptBeyondRetention(true). Only messages whose source knows their time
+//     (Kafka records, JSONL lines with "time") can be checked.
+//   - Loops: a message whose idemkit-replay-count header reached WithMaxReplays
+//     (default 5) is quarantined (WithQuarantine), not run.
+//
+// # Dead-letter redrive
+//
+// RedriveKafka reads a Kafka dead-letter topic (a KafkaSource over it) and
+// republishes each selected copy (RedriveFilter: kinds, keys, times) to the topic it
+// came from, with idemkit-replay-count raised by one. A key completed since is
+// skipped; a key that failed for good is made to run once more first when Rerun is
+// asked (only while still failed, at the fence the store holds, so a second
+// redrive never reruns what the first completed). ReadDeadLetter is the one place
+// that reads the adapter's dead-letter headers. RabbitMQ dead letters are not
+// redriven yet.
+//
+// The Kafka source uses franz-go with the caller's client options (brokers, TLS,
+// SASL) and reads keys from the Idempotency-Key header by default, as the Kafka
+// adapter does (KeyHeader, KeyFunc for others).
+package replay
