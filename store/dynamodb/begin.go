@@ -20,10 +20,11 @@ const maxRounds = 8
 // errContention is a claim that lost maxRounds races in a row.
 var errContention = errors.New("dynamodb: the record kept changing between read and write; try again")
 
-// Begin claims records: one conditional write per claim (two or three when the
-// key has a record: the write that would create it is refused, the record is
-// read, and the transition it allows is written conditioned on the state,
-// owner, fence and lease read), claims of different keys in parallel.
+// Begin claims records: one conditional write per claim (a PutItem of the
+// whole record when the key has none), or, when the key has a record, that
+// write refused, the record read, and the transition it allows written
+// conditioned on the state, owner, fence and lease read. Claims of different
+// keys go in parallel.
 func (st *Store) Begin(ctx context.Context, claims []consumer.Claim) []consumer.ClaimReply {
 	out := make([]consumer.ClaimReply, len(claims))
 	if st == nil {
@@ -62,17 +63,17 @@ func (st *Store) claim(ctx context.Context, c consumer.Claim) consumer.ClaimRepl
 // allows. done is false when the record changed under it: go again.
 func (st *Store) claimRound(ctx context.Context, c consumer.Claim, pk string) (rep consumer.ClaimReply, done bool, err error) {
 	now := st.nowMs()
-	out, ok, old, err := st.fresh(ctx, c, pk, now)
+	acquired := func(fence int64) (consumer.ClaimReply, bool, error) {
+		return consumer.ClaimReply{Status: consumer.StatusAcquired, Fence: fence, Attempts: 1, Lease: st.s.Lease,
+			Created: time.Unix(now/1000, 0), Fingerprint: c.Fingerprint, Ref: pk}, true, nil
+	}
+	// A key without a record: the whole record is written in one PutItem.
+	ok, old, err := st.put(ctx, st.newRecord(c, pk, now), "attribute_not_exists(pk)", nil)
 	if err != nil {
 		return rep, false, err
 	}
 	if ok {
-		fence, ferr := numAttr(out.Attributes, "fence")
-		if ferr != nil {
-			return rep, false, &consumer.CorruptRecordError{Key: c.Key, Reason: ferr.Error()}
-		}
-		return consumer.ClaimReply{Status: consumer.StatusAcquired, Fence: fence, Attempts: 1, Lease: st.s.Lease,
-			Created: time.Unix(now/1000, 0), Fingerprint: c.Fingerprint, Ref: pk}, true, nil
+		return acquired(1)
 	}
 	m, err := st.current(ctx, pk, old)
 	if err != nil {
@@ -87,13 +88,39 @@ func (st *Store) claimRound(ctx context.Context, c consumer.Claim, pk string) (r
 	}
 	now = st.nowMs()
 	if !it.live(now) {
-		return rep, false, nil // expired since: claim afresh
+		// Expired, not yet deleted: claimed afresh, its fence going on rising.
+		out, ok, _, err := st.fresh(ctx, c, pk, now)
+		if err != nil || !ok {
+			return rep, false, err
+		}
+		fence, ferr := numAttr(out.Attributes, "fence")
+		if ferr != nil {
+			return consumer.ClaimReply{Err: &consumer.CorruptRecordError{Key: c.Key, Reason: ferr.Error()}}, true, nil
+		}
+		return acquired(fence)
 	}
 	return st.transition(ctx, c, pk, it, now)
 }
 
-// fresh creates the record of a key that has none, or whose record has
-// expired (its fence goes on rising from the old one).
+// newRecord is the started record of a key's first claim.
+func (st *Store) newRecord(c consumer.Claim, pk string, now int64) map[string]types.AttributeValue {
+	sec := numAV(now / 1000)
+	m := map[string]types.AttributeValue{
+		attrPK: strAV(pk), "st": avStart, "own": strAV(c.Owner), "fence": avOne, "attempts": avOne,
+		"lease": numAV(now + st.s.Lease.Milliseconds()), "created": sec, "updated": sec,
+		attrExpires: numAV(ceilSec(now + (st.s.Lease + st.s.Retention).Milliseconds())),
+	}
+	if !c.Fingerprint.IsZero() {
+		m["fp"] = &types.AttributeValueMemberB{Value: append([]byte(nil), c.Fingerprint[:]...)}
+	}
+	if c.Locked {
+		m["locked"] = avTrue
+	}
+	return m
+}
+
+// fresh claims a key whose record has expired (or has none): its fence goes
+// on rising from the old one.
 func (st *Store) fresh(ctx context.Context, c consumer.Claim, pk string, now int64) (*ddb.UpdateItemOutput, bool, map[string]types.AttributeValue, error) {
 	vals := map[string]types.AttributeValue{
 		":st": avStart, ":own": strAV(c.Owner), ":zero": avZero, ":one": avOne,

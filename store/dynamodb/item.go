@@ -176,7 +176,9 @@ func decode(m map[string]types.AttributeValue) (*item, error) {
 
 // Values for expressions.
 
-func numAV(n int64) types.AttributeValue { return &types.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)} }
+func numAV(n int64) types.AttributeValue {
+	return &types.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)}
+}
 func strAV(s string) types.AttributeValue { return &types.AttributeValueMemberS{Value: s} }
 
 var (

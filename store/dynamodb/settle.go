@@ -38,6 +38,19 @@ func (st *Store) settle(ctx context.Context, s *consumer.Settlement) consumer.Se
 		op = "complete"
 	}
 	now := st.nowMs()
+	if s.Complete && s.Fence != 0 && s.Attempts != 0 && !s.Created.IsZero() {
+		// The caller knows its claim: the completed record is written whole, in
+		// one PutItem. Refused (the claim is not the caller's, a settlement sent
+		// again, or a fingerprint the caller did not pass back): the update below
+		// finds out which.
+		ok, _, err := st.putCompleted(ctx, s, pk, now)
+		if err != nil {
+			return consumer.SettleReply{Err: storeErr(op, err)}
+		}
+		if ok {
+			return consumer.SettleReply{}
+		}
+	}
 	attempts := s.Attempts
 	if s.Fence == 0 || attempts == 0 {
 		// The caller does not know its claim: read the attempts, which do not
@@ -125,6 +138,36 @@ func (st *Store) settle(ctx context.Context, s *consumer.Settlement) consumer.Se
 		}
 	}
 	return consumer.SettleReply{Err: lost(op, s.Key, s.Fence)}
+}
+
+// putCompleted writes s's completed record whole, if the record is the
+// caller's live started claim with the fingerprint s carries.
+func (st *Store) putCompleted(ctx context.Context, s *consumer.Settlement, pk string, now int64) (bool, map[string]types.AttributeValue, error) {
+	item := map[string]types.AttributeValue{
+		attrPK: strAV(pk), "st": avDone, "fence": numAV(s.Fence), "attempts": numAV(int64(s.Attempts)),
+		"created": numAV(s.Created.Unix()), "updated": numAV(now / 1000),
+		attrExpires: numAV(ceilSec(now + st.s.Retention.Milliseconds())),
+	}
+	switch {
+	case s.Dropped != "":
+		item["dropped"] = strAV(s.Dropped)
+	case len(s.Result) > MaxResult:
+		st.s.Logger.Warn("dynamodb: result not kept: over the item size limit", "key", string(s.Key),
+			"size", len(s.Result), "limit", MaxResult)
+		item["dropped"] = strAV(strconv.Itoa(len(s.Result)))
+	default:
+		item["res"] = &types.AttributeValueMemberB{Value: append([]byte(nil), s.Result...)}
+	}
+	vals := map[string]types.AttributeValue{":st": avStart, ":own": strAV(s.Owner), ":now": numAV(now / 1000)}
+	cond := "st = :st AND own = :own AND expires > :now AND "
+	if s.Fingerprint.IsZero() {
+		cond += "attribute_not_exists(fp)"
+	} else {
+		item["fp"] = &types.AttributeValueMemberB{Value: append([]byte(nil), s.Fingerprint[:]...)}
+		vals[":fp"] = item["fp"]
+		cond += "fp = :fp"
+	}
+	return st.put(ctx, item, cond, vals)
 }
 
 // owned decodes m and returns it when it is owner's live started claim, nil

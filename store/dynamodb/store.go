@@ -130,6 +130,25 @@ func (st *Store) update(ctx context.Context, in *ddb.UpdateItemInput) (out *ddb.
 	return nil, false, nil, err
 }
 
+// put sends one conditional PutItem, reporting as update does.
+func (st *Store) put(ctx context.Context, item map[string]types.AttributeValue, cond string, vals map[string]types.AttributeValue) (bool, map[string]types.AttributeValue, error) {
+	_, err := st.c.PutItem(ctx, &ddb.PutItemInput{
+		TableName: st.table, Item: item, ConditionExpression: aws.String(cond), ExpressionAttributeValues: vals,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	if err == nil {
+		return true, nil, nil
+	}
+	var ccf *types.ConditionalCheckFailedException
+	if errors.As(err, &ccf) {
+		if len(ccf.Item) > 0 {
+			return false, ccf.Item, nil
+		}
+		return false, nil, nil
+	}
+	return false, nil, err
+}
+
 // current is the item a failed condition was checked against: old when the
 // server sent it, else a consistent read. nil: no item.
 func (st *Store) current(ctx context.Context, pk string, old map[string]types.AttributeValue) (map[string]types.AttributeValue, error) {
