@@ -1,6 +1,8 @@
 # Every command a user or CI runs. `make demo` needs nothing but Go; `make test`
 # needs redis-server on PATH (or IDEMKIT_REDIS_ADDR) and a RabbitMQ broker on
-# 127.0.0.1:5672 (or IDEMKIT_AMQP_URL); .ci/run installs and starts both.
+# 127.0.0.1:5672 (or IDEMKIT_AMQP_URL); .ci/run installs and starts both. The
+# store/dynamodb tests start dynalite, which `make dynalite` (a prerequisite of
+# test) installs with npm into .cache/dynalite, or use IDEMKIT_DYNAMODB_ENDPOINT.
 
 GO          ?= go
 STATICCHECK := $(CURDIR)/bin/staticcheck
@@ -22,18 +24,18 @@ define each_module
 	@fail=0; for m in $(MODULES); do echo "== $$m: $(1)"; (cd $$m && $(1)) || fail=1; done; exit $$fail
 endef
 
-.PHONY: demo test test-short bench bench-kafka bench-amqp bench-http bench-replay lint install-check ci up down clean
+.PHONY: demo test test-short bench bench-kafka bench-amqp bench-http bench-replay bench-dynamodb dynalite lint install-check ci up down clean
 
 ## demo: run the quickstart with zero set-up (in-process Redis unless IDEMKIT_REDIS_ADDR is set)
 demo:
 	$(GO) run ./examples/quickstart
 
 ## test: run every test of every module against real servers, with the race detector
-test:
+test: dynalite
 	$(call each_module,$(GO) test -race -count=1 $(PKGS))
 
 ## test-short: the same without the race detector, for a quick loop
-test-short:
+test-short: dynalite
 	$(call each_module,$(GO) test -count=1 $(PKGS))
 
 ## bench: floor vs ExecuteIdempotently vs ExecuteBatch against a real Redis, one table
@@ -55,6 +57,13 @@ bench-http:
 ## bench-replay: plan over 1,000,000 keys (time, Redis CPU, a concurrent PING's worst latency), replay vs ExecuteBatch alone
 bench-replay:
 	$(GO) run ./internal/bench/replay
+## bench-dynamodb: claims + completions vs plain conditional PutItems against a private dynalite, 3 repetitions
+bench-dynamodb: dynalite
+	cd store/dynamodb && $(GO) run ./internal/bench
+
+## dynalite: install the DynamoDB-protocol test server into .cache/dynalite (npm; a no-op when there)
+dynalite:
+	@bash .ci/install-dynalite
 
 $(STATICCHECK):
 	GOBIN=$(CURDIR)/bin $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
