@@ -135,7 +135,7 @@ func TestMeterCountsARun(t *testing.T) {
 	})
 	c.expect(t, "idemkit.claim.answers", map[string]float64{
 		"answer=claimed,scope=orders": 15, "answer=conflict,scope=orders": 1,
-		"answer=duplicate,scope=orders": 6, "answer=in_progress,scope=orders": 1,
+		"answer=duplicate,scope=orders": 6, "answer=in_progress,scope=orders": 1, "answer=error,scope=orders": 0,
 	})
 	c.expect(t, "idemkit.handler.duration", map[string]float64{
 		"kind=handler,scope=orders": 1, "kind=none,scope=orders": 13, "kind=permanent,scope=orders": 1,

@@ -43,3 +43,13 @@ func (s *series[K, V]) get(k K) V {
 	s.m.Store(&next)
 	return v
 }
+
+// values returns the values made so far, in no particular order.
+func values[K comparable, V any](s *series[K, V]) []V {
+	m := *s.m.Load()
+	out := make([]V, 0, len(m))
+	for _, v := range m {
+		out = append(out, v)
+	}
+	return out
+}

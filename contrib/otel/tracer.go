@@ -35,6 +35,10 @@ type Tracer struct {
 	tracer trace.Tracer
 	name   string               // the spans' name
 	static []attribute.KeyValue // attributes every span has
+	// startOpts start a handler's span: its kind and the attributes every span
+	// has, built once (a sampler sees these; the execution's own attributes are
+	// added once the span is known to record).
+	startOpts []trace.SpanStartOption
 
 	mu        sync.Mutex
 	pending   map[execution]pendingSpan // handler spans waiting for their outcome
@@ -88,6 +92,7 @@ func NewTracer(opts ...TracerOpt) (*Tracer, error) {
 		t.static = append(t.static, semconv.MessagingDestinationName(c.destination))
 		t.name = "process " + c.destination
 	}
+	t.startOpts = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(t.static...)}
 	return t, nil
 }
 
@@ -95,28 +100,31 @@ func NewTracer(opts ...TracerOpt) (*Tracer, error) {
 // WithProducerAsParent, child of) the producer's span found in the message's
 // headers, and returns the handler's context holding it (consumer.TraceHook).
 func (t *Tracer) StartHandler(ctx context.Context, e consumer.HandlerEvent) (context.Context, func(consumer.HandlerEvent)) {
-	attrs := t.claimAttributes(make([]attribute.KeyValue, 0, len(t.static)+8), e.Scope, e.Key, e.Attempt, e.Fence)
-	opts := make([]trace.SpanStartOption, 0, 3)
-	opts = append(opts, trace.WithSpanKind(trace.SpanKindConsumer))
+	opts := t.startOpts
 	parent := ctx
-	if c, ok := consumer.CarrierFromContext(ctx); ok {
+	c, hasCarrier := consumer.CarrierFromContext(ctx)
+	if hasCarrier {
 		pctx := t.cfg.propagator.Extract(context.Background(), carrier{c})
 		if psc := trace.SpanContextFromContext(pctx); psc.IsValid() {
 			if t.cfg.asParent {
 				parent = trace.ContextWithRemoteSpanContext(parent, psc)
 			} else {
-				opts = append(opts, trace.WithLinks(trace.Link{SpanContext: psc}))
+				opts = append(opts[:len(opts):len(opts)], trace.WithLinks(trace.Link{SpanContext: psc}))
 			}
 		}
 		if b := baggage.FromContext(pctx); b.Len() > 0 {
 			parent = baggage.ContextWithBaggage(parent, b)
 		}
-		if t.cfg.fromCarrier != nil {
+	}
+	hctx, span := t.tracer.Start(parent, t.name, opts...)
+	// The attributes of the execution are built only for a span that records them.
+	if span.IsRecording() {
+		attrs := t.claimAttributes(make([]attribute.KeyValue, 0, 8), e.Scope, e.Key, e.Attempt, e.Fence)
+		if hasCarrier && t.cfg.fromCarrier != nil {
 			attrs = append(attrs, t.cfg.fromCarrier(c)...)
 		}
+		span.SetAttributes(attrs...)
 	}
-	opts = append(opts, trace.WithAttributes(attrs...))
-	hctx, span := t.tracer.Start(parent, t.name, opts...)
 	// Parked even when not sampled: its outcome must find that a handler ran, and
 	// not record a span of its own.
 	return hctx, func(end consumer.HandlerEvent) {
@@ -126,7 +134,6 @@ func (t *Tracer) StartHandler(ctx context.Context, e consumer.HandlerEvent) (con
 
 // claimAttributes appends the attributes that name an execution's claim.
 func (t *Tracer) claimAttributes(attrs []attribute.KeyValue, scope string, key consumer.Key, attempt int, fence int64) []attribute.KeyValue {
-	attrs = append(attrs, t.static...)
 	attrs = append(attrs, ScopeKey.String(scope), AttemptKey.Int(attempt), FenceKey.Int64(fence))
 	if t.cfg.keyAttr {
 		attrs = append(attrs, KeyKey.String(string(key)))
@@ -166,6 +173,10 @@ func (t *Tracer) park(x execution, p pendingSpan) {
 
 // endWithoutOutcome ends a handler span whose outcome will not be added.
 func endWithoutOutcome(p pendingSpan) {
+	if !p.span.IsRecording() {
+		p.span.End()
+		return
+	}
 	if p.kind != "" {
 		p.span.SetAttributes(semconv.ErrorTypeKey.String(p.kind))
 		p.span.SetStatus(codes.Error, p.kind)
@@ -189,6 +200,10 @@ func (t *Tracer) OnOutcome(e consumer.OutcomeEvent) {
 		}
 		t.mu.Unlock()
 	}
+	if found && !p.span.IsRecording() {
+		p.span.End()
+		return
+	}
 	if found {
 		p.span.SetAttributes(outcomeAttributes(make([]attribute.KeyValue, 0, 4), e)...)
 		if e.Outcome == consumer.Error {
@@ -201,9 +216,10 @@ func (t *Tracer) OnOutcome(e consumer.OutcomeEvent) {
 		return
 	}
 	now := time.Now()
-	attrs := t.claimAttributes(make([]attribute.KeyValue, 0, len(t.static)+8), e.Scope, e.Key, e.Attempt, e.Fence)
+	attrs := t.claimAttributes(make([]attribute.KeyValue, 0, len(t.static)+12), e.Scope, e.Key, e.Attempt, e.Fence)
+	attrs = outcomeAttributes(append(attrs, t.static...), e)
 	_, span := t.tracer.Start(context.Background(), t.name, trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithTimestamp(now.Add(-e.Duration)), trace.WithAttributes(outcomeAttributes(attrs, e)...))
+		trace.WithTimestamp(now.Add(-e.Duration)), trace.WithAttributes(attrs...))
 	if e.Outcome == consumer.Error {
 		span.SetStatus(codes.Error, e.Kind)
 	}
