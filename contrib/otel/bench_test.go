@@ -7,9 +7,11 @@ import (
 
 	"github.com/idemkit/idemkit/consumer"
 	idemotel "github.com/idemkit/idemkit/contrib/otel"
+	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // BenchmarkBatch is ExecuteBatch of 100 messages on the in-memory store with a
@@ -25,6 +27,7 @@ func BenchmarkBatch(b *testing.B) {
 		{"off", false, false, nil},
 		{"tracer", true, false, sdktrace.AlwaysSample()},
 		{"tracer-unsampled", true, false, sdktrace.NeverSample()},
+		{"tracer-10%", true, false, sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0.1))},
 		{"meter", false, true, nil},
 		{"both", true, true, sdktrace.AlwaysSample()},
 	} {
@@ -60,6 +63,31 @@ func BenchmarkBatch(b *testing.B) {
 					items[i] = consumer.BatchItem{Key: consumer.Key(fmt.Sprint("k-", n, "-", i))}
 				}
 				consumer.ExecuteBatch(context.Background(), store, items, h)
+			}
+		})
+	}
+}
+
+// BenchmarkSDKSpan is one span of the OpenTelemetry SDK alone, started with seven
+// attributes, given three more and ended, through a batch span processor to an
+// exporter that keeps nothing: the floor under a sampled execution's span.
+func BenchmarkSDKSpan(b *testing.B) {
+	for _, c := range []struct {
+		name    string
+		sampler sdktrace.Sampler
+	}{{"sampled", sdktrace.AlwaysSample()}, {"unsampled", sdktrace.NeverSample()}} {
+		b.Run(c.name, func(b *testing.B) {
+			tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()), sdktrace.WithSampler(c.sampler))
+			defer tp.Shutdown(context.Background())
+			tr := tp.Tracer("bench")
+			start := []attribute.KeyValue{attribute.String("a", "1"), attribute.String("b", "2"), attribute.String("c", "3"),
+				attribute.Int("d", 4), attribute.Int64("e", 5), attribute.String("f", "6"), attribute.String("g", "7")}
+			more := []attribute.KeyValue{attribute.String("h", "8"), attribute.String("i", "9"), attribute.String("j", "10")}
+			b.ReportAllocs()
+			for b.Loop() {
+				_, s := tr.Start(context.Background(), "process", trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(start...))
+				s.SetAttributes(more...)
+				s.End()
 			}
 		})
 	}
