@@ -35,9 +35,8 @@ type Tracer struct {
 	tracer trace.Tracer
 	name   string               // the spans' name
 	static []attribute.KeyValue // attributes every span has
-	// startOpts start a handler's span: its kind and the attributes every span
-	// has, built once (a sampler sees these; the execution's own attributes are
-	// added once the span is known to record).
+	// startOpts start a handler's span: its kind, built once. Attributes are added
+	// once the span is known to record: an unsampled span costs none of them.
 	startOpts []trace.SpanStartOption
 
 	mu        sync.Mutex
@@ -92,7 +91,7 @@ func NewTracer(opts ...TracerOpt) (*Tracer, error) {
 		t.static = append(t.static, semconv.MessagingDestinationName(c.destination))
 		t.name = "process " + c.destination
 	}
-	t.startOpts = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(t.static...)}
+	t.startOpts = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)}
 	return t, nil
 }
 
@@ -119,7 +118,7 @@ func (t *Tracer) StartHandler(ctx context.Context, e consumer.HandlerEvent) (con
 	hctx, span := t.tracer.Start(parent, t.name, opts...)
 	// The attributes of the execution are built only for a span that records them.
 	if span.IsRecording() {
-		attrs := t.claimAttributes(make([]attribute.KeyValue, 0, 8), e.Scope, e.Key, e.Attempt, e.Fence)
+		attrs := t.claimAttributes(append(make([]attribute.KeyValue, 0, len(t.static)+8), t.static...), e.Scope, e.Key, e.Attempt, e.Fence)
 		if hasCarrier && t.cfg.fromCarrier != nil {
 			attrs = append(attrs, t.cfg.fromCarrier(c)...)
 		}
