@@ -50,8 +50,14 @@
 //	idemkit.action                  settle, wait, retry or dead-letter
 //	error.type                      the error's kind (consumer.ErrorKind), when there is an error
 //
-// A span whose handler returned an error, or whose outcome is ERROR, has status
-// Error with the error's kind as its description.
+// A span whose outcome is ERROR has status Error with the error's kind as its
+// description (so does a handler span ended before its outcome was known, when the
+// handler returned an error). The error's text is not recorded: it may carry
+// payload data.
+//
+// Attributes are added to a handler's span only once it is known to record: a
+// sampler sees the span's kind, name and links, and an unsampled execution costs
+// no attribute at all.
 //
 // # The producer's trace
 //

@@ -50,7 +50,7 @@ func main() {
 	n := flag.Int("n", 100000, "messages per lane per repetition")
 	b := flag.Int("b", 100, "batch size B")
 	reps := flag.Int("reps", 3, "repetitions")
-	slices := flag.Int("slices", 10, "interleaved slices per repetition")
+	slices := flag.Int("slices", 30, "interleaved slices per repetition")
 	profile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
 	if *profile != "" {
