@@ -85,8 +85,7 @@
 //
 // The instruments mirror the Prometheus plugin (contrib/prometheus): the same
 // names in OpenTelemetry's form, the same attribute names as its label names, so
-// that an OpenTelemetry Prometheus exporter produces the same series and the same
-// dashboards serve both:
+// that the same dashboards serve both:
 //
 //	idemkit.outcomes               counter {message}       scope, source, outcome, action, kind
 //	idemkit.handler.duration       histogram s             scope, kind
@@ -104,6 +103,14 @@
 //	idemkit.acked_messages         counter {message}       source, queue
 //	idemkit.records                gauge {record}          scope, state (from a StateCounter)
 //	idemkit.records.sampled        gauge                   scope: 1 when the counts are a sample's
+//	idemkit.record_count           gauge s                 scope: how long the last count took
+//	idemkit.record_count.errors    counter {count}         scope: counts that failed or ran out of time
+//
+// Through the OpenTelemetry Prometheus exporter
+// (go.opentelemetry.io/otel/exporters/prometheus, with WithoutScopeInfo and
+// WithoutTargetInfo) these become exactly the Prometheus plugin's metric names and
+// labels: idemkit_outcomes_total{action,kind,outcome,scope,source},
+// idemkit_handler_duration_seconds{kind,scope}, and so on.
 //
 // The values are those of the Prometheus plugin: outcome success, duplicate,
 // in_progress or error; kind the error's kind or "none"; WithScopeAttribute(false)

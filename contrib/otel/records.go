@@ -71,7 +71,7 @@ func newRecords(mt metric.Meter, c *meterCfg) (*records, error) {
 		metric.WithDescription("Records by state, counted at collection time.")); err != nil {
 		return nil, err
 	}
-	if r.sampled, err = mt.Int64ObservableGauge("idemkit.records.sampled", metric.WithUnit("1"),
+	if r.sampled, err = mt.Int64ObservableGauge("idemkit.records.sampled",
 		metric.WithDescription("1 when the record counts are those of a sample (the count stopped early), 0 when of every record.")); err != nil {
 		return nil, err
 	}
