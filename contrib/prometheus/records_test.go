@@ -54,6 +54,9 @@ idemkit_records_sampled{scope="orders"} 1
 	if n := fc.calls.Load(); n != 1 {
 		t.Fatalf("%d counts for 3 scrapes within the interval, want 1", n)
 	}
+	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) > 0 {
+		t.Fatalf("lint: %v %v", problems, err)
+	}
 }
 
 // A count that fails or runs out of time is counted as an error, and the scrape
