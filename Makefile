@@ -24,7 +24,7 @@ define each_module
 	@fail=0; for m in $(MODULES); do echo "== $$m: $(1)"; (cd $$m && $(1)) || fail=1; done; exit $$fail
 endef
 
-.PHONY: demo test test-short bench bench-kafka bench-amqp bench-http bench-replay bench-dynamodb dynalite lint install-check ci up down clean
+.PHONY: demo test test-short bench bench-kafka bench-amqp bench-http bench-replay bench-dynamodb dynalite bench-plugins lint install-check ci up down clean
 
 ## demo: run the quickstart with zero set-up (in-process Redis unless IDEMKIT_REDIS_ADDR is set)
 demo:
@@ -64,6 +64,10 @@ bench-dynamodb: dynalite
 ## dynalite: install the DynamoDB-protocol test server into .cache/dynalite (npm; a no-op when there)
 dynalite:
 	@bash .ci/install-dynalite
+
+## bench-plugins: ExecuteBatch B=100 without observers vs the Prometheus and OpenTelemetry plugins, interleaved, 3 repetitions
+bench-plugins:
+	cd internal/bench/plugins && $(GO) run .
 
 $(STATICCHECK):
 	GOBIN=$(CURDIR)/bin $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
