@@ -134,9 +134,9 @@ func (a *attempts[T]) one(ctx context.Context, k int) {
 	}
 	a.started[k] = true
 	var hctx context.Context = &a.ctxs[k]
-	if a.s.observing() {
+	if a.s.watchHandlers() {
 		var end func(error)
-		hctx, end = startHandler(hctx, a.s, &a.ctxs[k].info)
+		hctx, end = startHandler(hctx, a.s, "execute", &a.ctxs[k].info)
 		defer func() { end(a.herrs[k]) }()
 	}
 	a.values[k], a.herrs[k] = callHandler(hctx, a.fn, i, a.items[i])
@@ -311,7 +311,7 @@ func (a *attempts[T]) settleOnce(ctx context.Context, sts []Settlement) []Settle
 	cctx, cancel := context.WithTimeout(ctx, a.s.CallTimeout)
 	reps := a.store.Settle(cctx, sts)
 	cancel()
-	if a.s.observing() {
+	if a.s.watchSettles() {
 		reportSettle(a.s, len(sts), time.Since(began))
 	}
 	if len(reps) < len(sts) {

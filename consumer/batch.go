@@ -183,7 +183,7 @@ func execute[T any](ctx context.Context, store Store, items []BatchItem, fn Batc
 		}
 		out[i] = r
 	}
-	if s.observing() {
+	if s.watchOutcomes() {
 		took := time.Since(began)
 		for i := range out {
 			reportOutcome(s, "execute", &out[i], took)
@@ -207,7 +207,7 @@ func runPass[T any](ctx context.Context, store Store, s Settings, sc *scratch, i
 	bctx, cancel := context.WithTimeout(ctx, min(s.CallTimeout, s.Lease-LeaseMargin(s.Lease)))
 	reps := store.Begin(bctx, claims)
 	cancel()
-	if s.observing() {
+	if s.watchClaims() {
 		reportClaim(s, reps, time.Since(sent))
 	}
 	var run, unguarded []int // indexes into pending

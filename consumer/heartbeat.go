@@ -149,9 +149,11 @@ func (k *keeper) tick(ctx context.Context) {
 		cctx, cancel := context.WithTimeout(ctx, k.bound)
 		errs := k.store.Extend(cctx, owned)
 		cancel()
-		if k.s.observing() {
+		if k.s.watchLeases() {
 			e := LeaseEvent{Scope: k.s.Scope, Messages: len(owned), Latency: time.Duration(mono(time.Now()) - sent)}
-			Observe(k.s, func(h LeaseHook) { h.OnLeaseRenewed(e) })
+			for _, h := range k.s.hooked().lease {
+				h.OnLeaseRenewed(e)
+			}
 		}
 		k.mu.Lock()
 		for n, l := range live {
@@ -226,9 +228,11 @@ func (k *keeper) armGuard(now int64) {
 func (k *keeper) lose(l *lease, reason string) {
 	l.lost = &LeaseLostError{Key: l.claim.Key, Fence: l.claim.Fence, Reason: reason}
 	l.cancel(l.lost)
-	if k.s.observing() {
+	if k.s.watchLeases() {
 		e := LeaseEvent{Scope: k.s.Scope, Key: l.claim.Key, Fence: l.claim.Fence, Reason: reason}
-		Observe(k.s, func(h LeaseHook) { h.OnLeaseLost(e) })
+		for _, h := range k.s.hooked().lease {
+			h.OnLeaseLost(e)
+		}
 	}
 }
 

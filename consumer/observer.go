@@ -99,6 +99,7 @@ type ClaimEvent struct {
 
 // HandlerEvent describes a handler's run. Duration and Err are set at its end.
 type HandlerEvent struct {
+	Source   string // as in OutcomeEvent
 	Scope    string
 	Key      Key
 	Attempt  int
@@ -162,6 +163,7 @@ type DeadLetterEvent struct {
 // CommitEvent describes a committed offset.
 type CommitEvent struct {
 	Source    string
+	Scope     string // the store's scope (for Kafka, the consumer group's)
 	Topic     string
 	Partition int32
 	Offset    int64
@@ -171,6 +173,7 @@ type CommitEvent struct {
 // AckEvent describes an acknowledgement.
 type AckEvent struct {
 	Source   string
+	Scope    string
 	Queue    string
 	Messages int // how many deliveries it settled (a multiple-ack settles many)
 }
@@ -248,9 +251,62 @@ func ErrorKind(err error) string {
 	return KindHandler
 }
 
-// observing reports whether s has any observer: the paths skip building events
-// when not.
-func (s Settings) observing() bool { return len(s.Observers) > 0 }
+// hooks are the observers of a store sorted by the core's hook interfaces once, so
+// that the hot paths test a slice's length instead of type-asserting every
+// observer for every message.
+type hooks struct {
+	claim   []ClaimHook
+	handler []HandlerHook
+	lease   []LeaseHook
+	settle  []SettleHook
+	outcome []OutcomeHook
+	trace   []TraceHook
+}
+
+func sortHooks(obs []Observer) *hooks {
+	if len(obs) == 0 {
+		return nil
+	}
+	h := &hooks{}
+	for _, o := range obs {
+		if x, ok := o.(ClaimHook); ok {
+			h.claim = append(h.claim, x)
+		}
+		if x, ok := o.(HandlerHook); ok {
+			h.handler = append(h.handler, x)
+		}
+		if x, ok := o.(LeaseHook); ok {
+			h.lease = append(h.lease, x)
+		}
+		if x, ok := o.(SettleHook); ok {
+			h.settle = append(h.settle, x)
+		}
+		if x, ok := o.(OutcomeHook); ok {
+			h.outcome = append(h.outcome, x)
+		}
+		if x, ok := o.(TraceHook); ok {
+			h.trace = append(h.trace, x)
+		}
+	}
+	return h
+}
+
+// hooked returns s's sorted hooks, sorting them if s was built by hand.
+func (s Settings) hooked() *hooks {
+	if s.hooks == nil && len(s.Observers) > 0 {
+		return sortHooks(s.Observers)
+	}
+	return s.hooks
+}
+
+func (s Settings) watchClaims() bool { h := s.hooked(); return h != nil && len(h.claim) > 0 }
+func (s Settings) watchHandlers() bool {
+	h := s.hooked()
+	return h != nil && len(h.handler)+len(h.trace) > 0
+}
+func (s Settings) watchLeases() bool   { h := s.hooked(); return h != nil && len(h.lease) > 0 }
+func (s Settings) watchSettles() bool  { h := s.hooked(); return h != nil && len(h.settle) > 0 }
+func (s Settings) watchOutcomes() bool { h := s.hooked(); return h != nil && len(h.outcome) > 0 }
 
 // reportClaim tells the observers of one claim call.
 func reportClaim(s Settings, reps []ClaimReply, took time.Duration) {
@@ -271,42 +327,53 @@ func reportClaim(s Settings, reps []ClaimReply, took time.Duration) {
 			e.Errors++
 		}
 	}
-	Observe(s, func(h ClaimHook) { h.OnClaim(e) })
+	for _, h := range s.hooked().claim {
+		h.OnClaim(e)
+	}
 }
 
 // reportOutcome tells the observers of one message's outcome.
 func reportOutcome[T any](s Settings, source string, r *Result[T], took time.Duration) {
 	e := OutcomeEvent{Source: source, Scope: s.Scope, Key: r.Key, Outcome: r.Outcome, Action: r.Action(),
 		Kind: ErrorKind(r.Err), Attempt: r.Attempt, Fence: r.Fence, Duration: took}
-	Observe(s, func(h OutcomeHook) { h.OnOutcome(e) })
+	for _, h := range s.hooked().outcome {
+		h.OnOutcome(e)
+	}
 }
 
 // startHandler tells the observers that a handler starts with context ctx, lets
 // every TraceHook wrap ctx, and returns the handler's context and what to call when
 // it returns.
-func startHandler(ctx context.Context, s Settings, info *Info) (context.Context, func(error)) {
-	e := HandlerEvent{Scope: s.Scope, Key: info.Key, Attempt: info.Attempt, Fence: info.Fence}
-	Observe(s, func(h HandlerHook) { h.OnHandlerStart(e) })
+func startHandler(ctx context.Context, s Settings, source string, info *Info) (context.Context, func(error)) {
+	hk := s.hooked()
+	e := HandlerEvent{Source: source, Scope: s.Scope, Key: info.Key, Attempt: info.Attempt, Fence: info.Fence}
+	for _, h := range hk.handler {
+		h.OnHandlerStart(e)
+	}
 	var ends []func(HandlerEvent)
-	Observe(s, func(h TraceHook) {
+	for _, h := range hk.trace {
 		var end func(HandlerEvent)
 		ctx, end = h.StartHandler(ctx, e)
 		if end != nil {
 			ends = append(ends, end)
 		}
-	})
+	}
 	began := time.Now()
 	return ctx, func(err error) {
 		e.Duration, e.Err, e.Kind = time.Since(began), err, ErrorKind(err)
 		for i := len(ends) - 1; i >= 0; i-- {
 			ends[i](e)
 		}
-		Observe(s, func(h HandlerHook) { h.OnHandlerEnd(e) })
+		for _, h := range hk.handler {
+			h.OnHandlerEnd(e)
+		}
 	}
 }
 
 // reportSettle tells the observers of one settle call.
 func reportSettle(s Settings, n int, took time.Duration) {
 	e := SettleEvent{Scope: s.Scope, Messages: n, Latency: took}
-	Observe(s, func(h SettleHook) { h.OnSettle(e) })
+	for _, h := range s.hooked().settle {
+		h.OnSettle(e)
+	}
 }

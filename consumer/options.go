@@ -42,6 +42,8 @@ type Settings struct {
 	Logger         *slog.Logger
 	Locker         Locker
 	Observers      []Observer
+
+	hooks *hooks // Observers sorted by hook interface
 }
 
 // Option configures a store. Every option states its default.
@@ -138,6 +140,7 @@ func newSettings(opts []Option) (Settings, error) {
 	if s.Logger == nil {
 		s.Logger = slog.New(slog.DiscardHandler)
 	}
+	s.hooks = sortHooks(s.Observers)
 	return s, s.Validate()
 }
 

@@ -287,7 +287,7 @@ func (p *Pipeline[T]) claim(ctx context.Context, batch []*pitem[T]) {
 	bctx, cancel := context.WithTimeout(ctx, min(p.s.CallTimeout, p.s.Lease-LeaseMargin(p.s.Lease)))
 	reps := p.store.Begin(bctx, claims)
 	cancel()
-	if p.s.observing() {
+	if p.s.watchClaims() {
 		reportClaim(p.s, reps, time.Since(sent))
 	}
 	for i, it := range batch {
@@ -353,8 +353,8 @@ func (p *Pipeline[T]) run(it *pitem[T]) {
 		it.started = true
 		var hctx context.Context = &it.hctx
 		end := func(error) {}
-		if p.s.observing() {
-			hctx, end = startHandler(hctx, p.s, &it.hctx.info)
+		if p.s.watchHandlers() {
+			hctx, end = startHandler(hctx, p.s, p.cfg.source, &it.hctx.info)
 		}
 		it.value, it.herr = callHandler(hctx, func(ctx context.Context, _ int, _ BatchItem) (T, error) {
 			return it.Run(ctx)
@@ -387,7 +387,7 @@ func (p *Pipeline[T]) finish(it *pitem[T], r Result[T]) {
 		p.keep.finish(&it.lease)
 		it.lease.cancel(context.Canceled)
 	}
-	if p.s.observing() {
+	if p.s.watchOutcomes() {
 		var took time.Duration
 		if !it.sent.IsZero() {
 			took = time.Since(it.sent)

@@ -56,7 +56,7 @@ func (p *Pipeline[T]) settle(ctx context.Context, batch []*pitem[T]) {
 		cctx, cancel := context.WithTimeout(ctx, p.s.CallTimeout)
 		reps := p.store.Settle(cctx, sts)
 		cancel()
-		if p.s.observing() {
+		if p.s.watchSettles() {
 			reportSettle(p.s, len(sts), time.Since(began))
 		}
 		for n, it := range settled {
