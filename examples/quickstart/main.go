@@ -135,26 +135,26 @@ func run(n int, dupShare float64) error {
 		var o order
 		return o, json.Unmarshal(rec.Value, &o)
 	}
-	// A member with crashAfter > 0 "dies" once it has charged that many orders:
-	// its handlers block, never reaching the payment provider, until it is stopped.
-	newMember := func(rdb *redis.Client, crashAfter int64, crashed chan<- struct{}) (*kafka.Consumer[order, string], error) {
+	// A member with a doom "dies" once it has charged doom.after orders: its
+	// handlers block from then on, never reaching the payment provider, until it is
+	// stopped.
+	newMember := func(rdb *redis.Client, doom *doom) (*kafka.Consumer[order, string], error) {
 		store, err := consumer.NewRedisStore(rdb, storeOpts...)
 		if err != nil {
 			return nil, err
 		}
-		var once sync.Once
-		var mine atomic.Int64
 		charge := func(ctx context.Context, o order, _ *kgo.Record) (string, error) {
 			info, _ := consumer.InfoFromContext(ctx)
-			if crashAfter > 0 && mine.Add(1) > crashAfter {
-				once.Do(func() { close(crashed) })
+			if doom != nil && !doom.charge(o.ID, book) {
 				<-ctx.Done()
 				return "", context.Cause(ctx)
 			}
 			if info.Attempt > 1 {
 				takenOver.Add(1)
 			}
-			book.charge(o.ID)
+			if doom == nil {
+				book.charge(o.ID)
+			}
 			return "ch_" + o.ID, nil
 		}
 		return kafka.NewTyped(store, []kgo.Opt{
@@ -179,24 +179,32 @@ func run(n int, dupShare float64) error {
 	// The doomed member joins first and dies in the middle of a batch, after
 	// charging 100 orders; two more members join meanwhile.
 	doomedRedis := redis.NewClient(&redis.Options{Addr: redisAddr, MaxRetries: -1})
-	crashed := make(chan struct{})
-	doomed, err := newMember(doomedRedis, int64(min(100, n/10)), crashed)
+	dm := &doom{after: min(100, n/10), crashed: make(chan struct{})}
+	doomed, err := newMember(doomedRedis, dm)
 	if err != nil {
 		return err
 	}
 	stopDoomed := runMember(doomed)
 	var members []func()
 	for i := 0; i < 2; i++ {
-		m, err := newMember(shared, 0, nil)
+		m, err := newMember(shared, nil)
 		if err != nil {
 			return err
 		}
 		members = append(members, runMember(m))
 	}
 	select {
-	case <-crashed:
+	case <-dm.crashed:
 	case <-time.After(30 * time.Second):
 		return errors.New("the doomed member never got records")
+	}
+	// The crash comes once the orders the member charged are recorded completed:
+	// a charge whose completion dies with the process is the one window
+	// per-message completion leaves open (transactional completion in
+	// store/postgres closes it), and this demo shows the takeover of claims, not
+	// that window.
+	if err := dm.settled(ctx, doomedRedis, storeOpts); err != nil {
+		return err
 	}
 	_ = doomedRedis.Close() // its connection dies with it: no renewal, no completion
 	stopDoomed()
@@ -244,6 +252,68 @@ func run(n int, dupShare float64) error {
 	}
 	fmt.Println("  every order charged exactly once")
 	return nil
+}
+
+// doom is a member's crash plan: it charges after orders, then stops charging.
+type doom struct {
+	after   int
+	crashed chan struct{}
+
+	mu      sync.Mutex
+	charged []string // the orders it charged, in order
+}
+
+// charge charges id in book and reports true while the member is alive; the
+// first call past the plan closes crashed and reports false, as every later one.
+func (d *doom) charge(id string, book *ledger) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.charged) >= d.after {
+		if len(d.charged) == d.after {
+			close(d.crashed)
+			d.charged = append(d.charged, "") // the crash is announced once
+		}
+		return false
+	}
+	book.charge(id)
+	d.charged = append(d.charged, id)
+	return true
+}
+
+// settled waits until the store shows every order the member charged completed.
+func (d *doom) settled(ctx context.Context, rdb *redis.Client, opts []consumer.Option) error {
+	store, err := consumer.NewRedisStore(rdb, opts...)
+	if err != nil {
+		return err
+	}
+	d.mu.Lock()
+	keys := make([]consumer.Key, 0, len(d.charged))
+	for _, id := range d.charged {
+		if id != "" {
+			keys = append(keys, consumer.Key(id))
+		}
+	}
+	d.mu.Unlock()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		recs, err := store.PeekRecords(ctx, "", keys)
+		if err != nil {
+			return err
+		}
+		open := 0
+		for _, r := range recs {
+			if r.State != "completed" {
+				open++
+			}
+		}
+		if open == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d orders the doomed member charged were never recorded completed", open)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 func orderID(i int) string { return fmt.Sprintf("order-%05d", i) }
