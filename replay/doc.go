@@ -1,6 +1,6 @@
 // Package replay drives old messages through a handler again, idempotently: a
-// range of a Kafka topic (by offsets or times, per partition), a JSON Lines file,
-// or any Source. Messages whose keys are completed are DUPLICATEs and do not run;
+// range of a Kafka topic (by offsets or times, per partition), the messages of a
+// RabbitMQ queue, a JSON Lines file, or any Source. Messages whose keys are completed are DUPLICATEs and do not run;
 // the others run once, however often the replay is interrupted and resumed.
 //
 // # Plan, then execute
@@ -48,8 +48,29 @@
 // skipped; a key that failed for good is made to run once more first when Rerun is
 // asked (only while still failed, at the fence the store holds, so a second
 // redrive never reruns what the first completed). ReadDeadLetter is the one place
-// that reads the adapter's dead-letter headers. RabbitMQ dead letters are not
-// redriven yet.
+// that reads the adapter's dead-letter headers.
+//
+// RedriveRabbitMQ does the same for a RabbitMQ dead-letter queue (a RabbitSource
+// over it): each selected copy is published straight to the work queue it came
+// from (the default exchange, so a fan-out exchange does not copy it to its other
+// queues again), mandatory and with publisher confirms, and acked off the
+// dead-letter queue only once the broker confirmed it. What is not redriven stays
+// in the dead-letter queue. ReadRabbitDeadLetter reads the worker's headers.
+//
+// # Queues
+//
+// A RabbitMQ queue has no offsets to come back to: reading takes messages off it.
+// A RabbitSource reads the messages the queue holds when it is opened, on a
+// channel of its own with manual acks. Plan acks nothing: closing the source
+// returns every message to the queue (marked redelivered; a quorum queue may
+// count the return as a delivery). Execute acks a message once its effect is
+// recorded (RAN, DUPLICATE) and leaves every other one (FAILED, CONFLICT,
+// QUARANTINE, IN_PROGRESS, a retryable ERROR) in the queue; the queue is the
+// checkpoint, so WithCheckpoint is refused with it. Keys come from the MessageId
+// property by default, as the RabbitMQ worker reads them (RabbitKeyHeader,
+// RabbitKeyFunc for others). By default the source holds every message it read
+// unacked (a plan needs that); RabbitPrefetch bounds it for executions over
+// queues too large for memory.
 //
 // The Kafka source uses franz-go with the caller's client options (brokers, TLS,
 // SASL) and reads keys from the Idempotency-Key header by default, as the Kafka

@@ -77,7 +77,11 @@ func Execute[T any](ctx context.Context, store consumer.Store, src Source, fn Ha
 	if store == nil || src == nil || fn == nil {
 		return Report{}, configError("nil store, source or handler")
 	}
-	e := &executor[T]{c: c, store: store, s: store.Settings(), fn: fn, start: c.now(), blocked: map[string]bool{}}
+	ack, acks := src.(Acknowledger)
+	if acks && c.checkpoint != nil {
+		return Report{}, configError("%s is its own checkpoint (what is done is acked and leaves it): drop WithCheckpoint", sourceName(src))
+	}
+	e := &executor[T]{c: c, store: store, s: store.Settings(), fn: fn, start: c.now(), blocked: map[string]bool{}, ack: ack}
 	e.rep.Source = sourceName(src)
 	e.rep.Counts = map[Verdict]int{}
 	e.rep.Checkpoint = Checkpoint{Source: e.rep.Source, Next: map[string]int64{}}
@@ -154,6 +158,7 @@ type executor[T any] struct {
 	start   time.Time
 	rep     Report
 	blocked map[string]bool // partitions the checkpoint may no longer pass in this run
+	ack     Acknowledger    // nil unless the source is a queue
 	saved   time.Time
 	dirty   bool
 }
@@ -229,11 +234,33 @@ func (e *executor[T]) batch(ctx context.Context, all []Message) error {
 			e.blocked[m.Partition] = true
 		}
 	}
+	if err := e.acknowledge(ctx, msgs, verdicts); err != nil {
+		return err
+	}
 	if err := e.save(false); err != nil {
 		return err
 	}
 	e.progress(false)
 	return nil
+}
+
+// acknowledge acks, on a queue source, the messages whose effect is recorded:
+// those that ran now and the duplicates. Every other one (failed, in conflict,
+// quarantined, in progress, not settled) stays in the queue.
+func (e *executor[T]) acknowledge(ctx context.Context, msgs []Message, verdicts []Verdict) error {
+	if e.ack == nil {
+		return nil
+	}
+	var done []Message
+	for i, v := range verdicts {
+		if v == Ran || v == Duplicate {
+			done = append(done, msgs[i])
+		}
+	}
+	if len(done) == 0 {
+		return nil
+	}
+	return e.ack.Ack(ctx, done)
 }
 
 // outcomeVerdict names an execution's outcome.

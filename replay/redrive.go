@@ -66,11 +66,11 @@ type RedriveFilter struct {
 	Before time.Time      // dead-lettered before
 }
 
-func (f RedriveFilter) keep(m Message, d DeadLetter) bool {
-	if len(f.Kinds) > 0 && !slices.ContainsFunc(f.Kinds, func(k string) bool { return strings.EqualFold(k, d.Kind) }) {
+func (f RedriveFilter) keep(m Message, kind string, key consumer.Key) bool {
+	if len(f.Kinds) > 0 && !slices.ContainsFunc(f.Kinds, func(k string) bool { return strings.EqualFold(k, kind) }) {
 		return false
 	}
-	if len(f.Keys) > 0 && !slices.Contains(f.Keys, d.Key) {
+	if len(f.Keys) > 0 && !slices.Contains(f.Keys, key) {
 		return false
 	}
 	return (f.Since.IsZero() || !m.Time.Before(f.Since)) && (f.Before.IsZero() || m.Time.Before(f.Before))
@@ -117,9 +117,21 @@ type RedriveReport struct {
 // redrive done twice never reruns a key its first pass completed). A key completed
 // since is not republished.
 func RedriveKafka(ctx context.Context, store admin.Store, src Source, cl *kgo.Client, o RedriveOptions) (RedriveReport, error) {
+	if cl == nil {
+		return RedriveReport{Counts: map[Verdict]int{}, Kinds: map[string]int{}}, configError("nil Kafka client")
+	}
+	return redrive(ctx, store, src, o, func(in *admin.Inspector, o RedriveOptions, msgs []Message, rep *RedriveReport) error {
+		return redriveBatch(ctx, in, cl, o, msgs, rep)
+	})
+}
+
+// redrive checks o, fills in its defaults and reads src to its end, handing each
+// batch and the completed options to step.
+func redrive(ctx context.Context, store admin.Store, src Source, o RedriveOptions,
+	step func(in *admin.Inspector, o RedriveOptions, msgs []Message, rep *RedriveReport) error) (RedriveReport, error) {
 	rep := RedriveReport{Counts: map[Verdict]int{}, Kinds: map[string]int{}}
-	if store == nil || src == nil || cl == nil {
-		return rep, configError("nil store, source or client")
+	if store == nil || src == nil {
+		return rep, configError("nil store or source")
 	}
 	if o.MaxReplays == 0 {
 		o.MaxReplays = 5
@@ -133,7 +145,7 @@ func RedriveKafka(ctx context.Context, store admin.Store, src Source, cl *kgo.Cl
 	}
 	for {
 		msgs, rerr := src.Read(ctx, 500)
-		if err := redriveBatch(ctx, in, cl, o, msgs, &rep); err != nil {
+		if err := step(in, o, msgs, &rep); err != nil {
 			return rep, err
 		}
 		if o.Progress != nil {
@@ -161,34 +173,15 @@ func redriveBatch(ctx context.Context, in *admin.Inspector, cl *kgo.Client, o Re
 		case err != nil || !ok || d.Key == "":
 			rep.Counts[Invalid]++
 			continue
-		case !o.Filter.keep(m, d):
+		case !o.Filter.keep(m, d.Kind, d.Key):
 			rep.Counts[Filtered]++
 			continue
 		}
-		rep.Kinds[d.Kind]++
-		if replays(m) >= o.MaxReplays {
-			rep.Counts[Quarantine]++
-			continue
-		}
-		rec, err := in.Inspect(ctx, "", d.Key)
-		switch {
-		case errors.Is(err, admin.ErrNotFound):
-		case err != nil && !errors.Is(err, admin.ErrCorrupt):
+		republish, err := redriveDecide(ctx, in, o, m, d.Kind, d.Key, rep)
+		if err != nil {
 			return err
-		case rec.State == "completed":
-			rep.Counts[Done]++
-			continue
-		case rec.State == "failed" && !o.Rerun:
-			rep.Counts[NotRerunnable]++
-			continue
-		case rec.State == "failed" && o.Execute:
-			_, err := in.Rerun(ctx, admin.Change{Key: d.Key, Actor: o.Actor, Reason: o.Reason, Fence: rec.Fence})
-			if err != nil && !errors.Is(err, admin.ErrFenceMoved) && !errors.Is(err, admin.ErrWrongState) {
-				return err
-			}
 		}
-		rep.Counts[Redriven]++
-		if !o.Execute {
+		if !republish {
 			continue
 		}
 		r := &kgo.Record{Topic: d.Topic, Key: raw.Key, Value: raw.Value}
@@ -207,4 +200,35 @@ func redriveBatch(ctx context.Context, in *admin.Inspector, cl *kgo.Client, o Re
 		return fmt.Errorf("replay: redrive: produce: %w", err)
 	}
 	return nil
+}
+
+// redriveDecide counts a selected dead letter and says whether to republish it:
+// not when the loop guard stops it, its key is completed since, or it failed for
+// good and Rerun was not asked. With Rerun (and Execute) a failed key is made to
+// run once more first, at the fence the store holds.
+func redriveDecide(ctx context.Context, in *admin.Inspector, o RedriveOptions, m Message, kind string, key consumer.Key, rep *RedriveReport) (bool, error) {
+	rep.Kinds[kind]++
+	if replays(m) >= o.MaxReplays {
+		rep.Counts[Quarantine]++
+		return false, nil
+	}
+	rec, err := in.Inspect(ctx, "", key)
+	switch {
+	case errors.Is(err, admin.ErrNotFound):
+	case err != nil && !errors.Is(err, admin.ErrCorrupt):
+		return false, err
+	case rec.State == "completed":
+		rep.Counts[Done]++
+		return false, nil
+	case rec.State == "failed" && !o.Rerun:
+		rep.Counts[NotRerunnable]++
+		return false, nil
+	case rec.State == "failed" && o.Execute:
+		_, err := in.Rerun(ctx, admin.Change{Key: key, Actor: o.Actor, Reason: o.Reason, Fence: rec.Fence})
+		if err != nil && !errors.Is(err, admin.ErrFenceMoved) && !errors.Is(err, admin.ErrWrongState) {
+			return false, err
+		}
+	}
+	rep.Counts[Redriven]++
+	return o.Execute, nil
 }
