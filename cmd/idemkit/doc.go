@@ -19,17 +19,21 @@
 //	rerun KEY --reason TEXT          let a completed or failed key run once more
 //	keygen NS PARTS...               the key consumer.NewKey(NS, PARTS...) derives
 //	bench                            floor / ExecuteIdempotently / ExecuteBatch on this Redis
-//	plan (--jsonl F | --topic T)     what a replay would do, read-only
+//	plan (--jsonl F | --topic T | --queue Q)
+//	                                 what a replay would do, read-only
 //	replay ... --exec CMD [--execute]
 //	                                 run CMD once per message whose key is not done
-//	redrive --topic DLQ [--rerun --reason TEXT] [--execute]
-//	                                 move Kafka dead letters back to their source topics
+//	redrive (--topic DLQ | --queue DLQ) [--rerun --reason TEXT] [--execute]
+//	                                 move Kafka or RabbitMQ dead letters back to their source
 //
 // unstick, forget and rerun record "<op> by <actor>: <reason>" in the record's
 // history; the actor is --actor, else $USER. --fence makes a change conditional on
 // the fence inspect showed. replay and redrive are dry runs that print what they
 // would do unless --execute is given; replay it resumes from --checkpoint, which it writes only after the
-// effects of the messages before it are recorded.
+// effects of the messages before it are recorded. A RabbitMQ queue (--queue) has
+// no offsets: plan returns every message to it, replay acks off it what ran or was
+// a duplicate and leaves the rest, and redrive acks a dead letter only once the
+// broker confirmed its copy on the work queue.
 //
 // Every command prints a table (list and replay print their counts to standard
 // error) or, with --json, JSON on standard output.
@@ -46,7 +50,9 @@
 // Kafka: --kafka-brokers [IDEMKIT_KAFKA_BROKERS], --kafka-tls [IDEMKIT_KAFKA_TLS],
 // --kafka-tls-ca [IDEMKIT_KAFKA_TLS_CA], --kafka-sasl PLAIN|SCRAM-SHA-256|SCRAM-SHA-512
 // [IDEMKIT_KAFKA_SASL], --kafka-username, --kafka-password [IDEMKIT_KAFKA_USERNAME,
-// IDEMKIT_KAFKA_PASSWORD]. Every Redis call is bounded by --timeout [IDEMKIT_TIMEOUT].
+// IDEMKIT_KAFKA_PASSWORD]. RabbitMQ: --amqp-url [IDEMKIT_AMQP_URL], amqps:// for
+// TLS, credentials and vhost in the URL. Every Redis call, and each connection
+// attempt, is bounded by --timeout [IDEMKIT_TIMEOUT].
 //
 // # Exit codes
 //
@@ -56,7 +62,7 @@
 //	3  no record at the key
 //	4  refused: the record's state or fence does not allow the change, or the replay's
 //	   retention guard stopped it (--accept-beyond-retention)
-//	5  Redis or Kafka did not answer
+//	5  Redis, Kafka or RabbitMQ did not answer
 //	6  a replay finished with messages that did not settle (retryable errors, or in
 //	   progress elsewhere): run it again to retry them
 //

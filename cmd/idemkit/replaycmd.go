@@ -26,6 +26,7 @@ import (
 type sourceFlags struct {
 	jsonl      string
 	topic      string
+	queue      string
 	partitions []int
 	fromOffset int64
 	toOffset   int64
@@ -35,18 +36,25 @@ type sourceFlags struct {
 	canonical  string
 	batch      int
 	maxReplays int
+
+	cmd *cobra.Command
 }
 
+// keyHeaderGiven reports whether --key-header was on the command line.
+func (s *sourceFlags) keyHeaderGiven() bool { return s.cmd != nil && s.cmd.Flags().Changed("key-header") }
+
 func (s *sourceFlags) add(c *cobra.Command) {
+	s.cmd = c
 	f := c.Flags()
 	f.StringVar(&s.jsonl, "jsonl", "", "read a JSON Lines file: {\"key\":..., \"payload\":..., \"time\":..., \"headers\":{...}} a line")
 	f.StringVar(&s.topic, "topic", "", "read a Kafka topic (see --kafka-brokers)")
+	f.StringVar(&s.queue, "queue", "", "read the messages a RabbitMQ queue holds now (see --amqp-url); keys from the MessageId property unless --key-header is given")
 	f.IntSliceVar(&s.partitions, "partitions", nil, "Kafka partitions to read (default every partition)")
 	f.Int64Var(&s.fromOffset, "from-offset", -1, "first offset to read in each partition (default the log start)")
 	f.Int64Var(&s.toOffset, "to-offset", -1, "offset to stop before in each partition (default the end when the command starts)")
 	f.StringVar(&s.fromTime, "from-time", "", "first record produced at or after this time (RFC 3339) in each partition")
 	f.StringVar(&s.toTime, "to-time", "", "stop before the first record produced at or after this time (RFC 3339)")
-	f.StringVar(&s.keyHeader, "key-header", "Idempotency-Key", "Kafka header that holds the idempotency key, as the consumer reads it")
+	f.StringVar(&s.keyHeader, "key-header", "Idempotency-Key", "header that holds the idempotency key, as the consumer reads it (Kafka; RabbitMQ only when given)")
 	f.StringVar(&s.canonical, "canonical", "none", "bytes to fingerprint: none (the payload as stored) or compact-json (whitespace removed)")
 	f.IntVar(&s.batch, "batch-size", 500, "messages read, planned and run together")
 	f.IntVar(&s.maxReplays, "max-replays", 5, "quarantine messages whose idemkit-replay-count header reached this (0: off)")
@@ -62,9 +70,17 @@ func parseTime(flag, v string) (time.Time, error) {
 
 // open opens the source the flags name; resume is the checkpoint to start after.
 func (a *app) open(ctx context.Context, s *sourceFlags, resume *replay.Checkpoint) (replay.Source, int64, error) {
+	given := 0
+	for _, v := range []string{s.jsonl, s.topic, s.queue} {
+		if v != "" {
+			given++
+		}
+	}
 	switch {
-	case s.jsonl != "" && s.topic != "":
-		return nil, 0, usagef("--jsonl and --topic: give one source")
+	case given > 1:
+		return nil, 0, usagef("--jsonl, --topic and --queue: give one source")
+	case s.queue != "":
+		return a.openQueue(s)
 	case s.jsonl != "":
 		src, err := replay.OpenJSONL(s.jsonl)
 		if err != nil {
@@ -72,7 +88,7 @@ func (a *app) open(ctx context.Context, s *sourceFlags, resume *replay.Checkpoin
 		}
 		return src, -1, nil
 	case s.topic == "":
-		return nil, 0, usagef("no source: give --jsonl FILE or --topic TOPIC")
+		return nil, 0, usagef("no source: give --jsonl FILE, --topic TOPIC or --queue QUEUE")
 	}
 	r := replay.KafkaRange{Topic: s.topic}
 	for _, p := range s.partitions {
@@ -142,9 +158,9 @@ func (a *app) planCmd() *cobra.Command {
 	var s sourceFlags
 	var out string
 	c := &cobra.Command{
-		Use:   "plan (--jsonl FILE | --topic TOPIC)",
+		Use:   "plan (--jsonl FILE | --topic TOPIC | --queue QUEUE)",
 		Short: "say what a replay would do, read-only: NEW / RETRY / DUPLICATE / FAILED / IN_PROGRESS / CONFLICT counts",
-		Args:  exactArgs(0, "no arguments (name the source with --jsonl or --topic)"),
+		Args:  exactArgs(0, "no arguments (name the source with --jsonl, --topic or --queue)"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			plan, err := a.plan(cmd.Context(), &s)
 			if err != nil {
@@ -212,14 +228,16 @@ func (a *app) replayCmd() *cobra.Command {
 	var concurrency int
 	var rate float64
 	c := &cobra.Command{
-		Use:   "replay (--jsonl FILE | --topic TOPIC) --exec COMMAND [--execute]",
+		Use:   "replay (--jsonl FILE | --topic TOPIC | --queue QUEUE) --exec COMMAND [--execute]",
 		Short: "drive old messages through a command, idempotently (a dry run that prints the plan unless --execute)",
 		Long: `replay runs COMMAND (through sh -c) once per message whose key is not done:
 the payload on its standard input, IDEMKIT_KEY, IDEMKIT_PARTITION and
 IDEMKIT_OFFSET in its environment. Exit 0 completes the key (its standard output,
 up to 64 KiB, is the stored result); exit 75 (EX_TEMPFAIL) is a retryable failure;
-any other exit fails the key for good. Without --execute it only prints the plan.`,
-		Args: exactArgs(0, "no arguments (name the source with --jsonl or --topic)"),
+any other exit fails the key for good. Without --execute it only prints the plan.
+A RabbitMQ queue (--queue) is consumed: what ran or was a duplicate is acked off
+it, everything else stays; a plan returns every message to it.`,
+		Args: exactArgs(0, "no arguments (name the source with --jsonl, --topic or --queue)"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			if command == "" {
@@ -250,6 +268,9 @@ any other exit fails the key for good. Without --execute it only prints the plan
 				return err
 			}
 			var resume *replay.Checkpoint
+			if checkpoint != "" && s.queue != "" {
+				return usagef("--checkpoint with --queue: a queue keeps its own place (what is done is acked off it); drop --checkpoint")
+			}
 			if checkpoint != "" {
 				cp, err := replay.FileCheckpoint(checkpoint).Load()
 				if err != nil {

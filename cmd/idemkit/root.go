@@ -46,6 +46,8 @@ type app struct {
 	kafkaUser    string
 	kafkaPass    string
 
+	amqpURL string
+
 	closers []func()
 }
 
@@ -101,7 +103,7 @@ func (a *app) root() *cobra.Command {
 Records live in Redis at <prefix>:{<scope>:<key>}; give the same --prefix and
 --scope (WithPrefix, WithScope) as the service. Every flag has an environment
 variable (in brackets). Exit codes: 0 ok, 1 failure, 2 bad usage, 3 no record,
-4 refused (state, fence or retention guard), 5 Redis or Kafka unreachable,
+4 refused (state, fence or retention guard), 5 Redis, Kafka or RabbitMQ unreachable,
 6 a replay finished with messages that did not settle.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -144,6 +146,8 @@ variable (in brackets). Exit codes: 0 ok, 1 failure, 2 bad usage, 3 no record,
 	f.StringVar(&a.kafkaSASL, "kafka-sasl", env("IDEMKIT_KAFKA_SASL", ""), "SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 [IDEMKIT_KAFKA_SASL]")
 	f.StringVar(&a.kafkaUser, "kafka-username", env("IDEMKIT_KAFKA_USERNAME", ""), "SASL user [IDEMKIT_KAFKA_USERNAME]")
 	f.StringVar(&a.kafkaPass, "kafka-password", "", "SASL password [IDEMKIT_KAFKA_PASSWORD, read when the flag is not given]")
+	f.StringVar(&a.amqpURL, "amqp-url", env("IDEMKIT_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"),
+		"RabbitMQ URL; amqps:// for TLS, credentials and vhost in the URL [IDEMKIT_AMQP_URL]")
 
 	root.AddCommand(a.inspectCmd(), a.listCmd(), a.statsCmd(),
 		a.changeCmd("unstick", "end a started claim whose owner is gone: the next delivery runs the key", (*admin.Inspector).Unstick),
