@@ -41,7 +41,9 @@ type sourceFlags struct {
 }
 
 // keyHeaderGiven reports whether --key-header was on the command line.
-func (s *sourceFlags) keyHeaderGiven() bool { return s.cmd != nil && s.cmd.Flags().Changed("key-header") }
+func (s *sourceFlags) keyHeaderGiven() bool {
+	return s.cmd != nil && s.cmd.Flags().Changed("key-header")
+}
 
 func (s *sourceFlags) add(c *cobra.Command) {
 	s.cmd = c
