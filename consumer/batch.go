@@ -186,7 +186,7 @@ func execute[T any](ctx context.Context, store Store, items []BatchItem, fn Batc
 	if s.watchOutcomes() {
 		took := time.Since(began)
 		for i := range out {
-			reportOutcome(s, "execute", &out[i], took)
+			reportOutcome(ctx, s, "execute", &out[i], took)
 		}
 	}
 	return out

@@ -137,6 +137,10 @@ type OutcomeEvent struct {
 	Attempt  int
 	Fence    int64
 	Duration time.Duration // from the claim call to the settlement
+	// Carrier holds the message's headers when an adapter put them in the context
+	// the message was executed with (ContextWithCarrier), so that a tracer can link
+	// an execution that ran no handler (a duplicate) to its producer; nil otherwise.
+	Carrier Carrier
 }
 
 // RetryEvent describes a retry an adapter scheduled.
@@ -333,9 +337,13 @@ func reportClaim(s Settings, reps []ClaimReply, took time.Duration) {
 }
 
 // reportOutcome tells the observers of one message's outcome.
-func reportOutcome[T any](s Settings, source string, r *Result[T], took time.Duration) {
+// ctx is the context the message was executed with (for its Carrier).
+func reportOutcome[T any](ctx context.Context, s Settings, source string, r *Result[T], took time.Duration) {
 	e := OutcomeEvent{Source: source, Scope: s.Scope, Key: r.Key, Outcome: r.Outcome, Action: r.Action(),
 		Kind: ErrorKind(r.Err), Attempt: r.Attempt, Fence: r.Fence, Duration: took}
+	if ctx != nil {
+		e.Carrier, _ = CarrierFromContext(ctx)
+	}
 	for _, h := range s.hooked().outcome {
 		h.OnOutcome(e)
 	}

@@ -392,7 +392,7 @@ func (p *Pipeline[T]) finish(it *pitem[T], r Result[T]) {
 		if !it.sent.IsZero() {
 			took = time.Since(it.sent)
 		}
-		reportOutcome(p.s, p.cfg.source, &r, took)
+		reportOutcome(it.ctx, p.s, p.cfg.source, &r, took)
 	}
 	it.Done(r)
 	p.mu.Lock()

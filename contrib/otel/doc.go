@@ -29,8 +29,9 @@
 //     settlement, before the span is ended.
 //   - An execution that runs no handler (a duplicate, a key in progress elsewhere,
 //     a payload conflict, a store error before the claim) gets a span covering its
-//     claim and outcome, ended at once. The hooks do not pass such an execution's
-//     context, so this span has no parent and no link.
+//     claim and outcome, ended at once. The outcome event carries the message's
+//     headers (consumer.OutcomeEvent.Carrier), so this span is linked to (or, with
+//     WithProducerAsParent, child of) the producer's span as a handler's is.
 //
 // The span is named "process <destination>" when WithDestination names one, else
 // "process", as the messaging semantic conventions name processing spans.

@@ -52,5 +52,5 @@ func Example() {
 	}
 	// Output:
 	// process orders SUCCESS links: 1
-	// process orders DUPLICATE links: 0
+	// process orders DUPLICATE links: 1
 }

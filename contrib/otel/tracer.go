@@ -217,8 +217,22 @@ func (t *Tracer) OnOutcome(e consumer.OutcomeEvent) {
 	now := time.Now()
 	attrs := t.claimAttributes(make([]attribute.KeyValue, 0, len(t.static)+12), e.Scope, e.Key, e.Attempt, e.Fence)
 	attrs = outcomeAttributes(append(attrs, t.static...), e)
-	_, span := t.tracer.Start(context.Background(), t.name, trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithTimestamp(now.Add(-e.Duration)), trace.WithAttributes(attrs...))
+	if e.Carrier != nil && t.cfg.fromCarrier != nil {
+		attrs = append(attrs, t.cfg.fromCarrier(e.Carrier)...)
+	}
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithTimestamp(now.Add(-e.Duration)), trace.WithAttributes(attrs...)}
+	parent := context.Background()
+	if e.Carrier != nil { // the producer's span, as for a handler's run
+		if psc := trace.SpanContextFromContext(t.cfg.propagator.Extract(parent, carrier{e.Carrier})); psc.IsValid() {
+			if t.cfg.asParent {
+				parent = trace.ContextWithRemoteSpanContext(parent, psc)
+			} else {
+				opts = append(opts, trace.WithLinks(trace.Link{SpanContext: psc}))
+			}
+		}
+	}
+	_, span := t.tracer.Start(parent, t.name, opts...)
 	if e.Outcome == consumer.Error {
 		span.SetStatus(codes.Error, e.Kind)
 	}

@@ -112,12 +112,14 @@ func TestOneSpanPerExecution(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prod := map[string]trace.SpanContext{}
+	prod, dupProd := map[string]trace.SpanContext{}, map[string]trace.SpanContext{}
 	var wg sync.WaitGroup
 	for i, k := range []string{"p-0", "p-1", "p-0"} {
 		sc, hd := producer(byte(10 + i))
 		if _, ok := prod[k]; !ok {
-			prod[k] = sc // the duplicate's span has no link
+			prod[k] = sc
+		} else {
+			dupProd[k] = sc // the duplicate links to its own delivery's producer
 		}
 		wg.Add(1)
 		if err := p.Submit(consumer.ContextWithCarrier(context.Background(), hd), consumer.PipelineItem[int]{
@@ -168,8 +170,8 @@ func TestOneSpanPerExecution(t *testing.T) {
 		}
 		ran := a[idemotel.OutcomeKey] != "DUPLICATE"
 		switch {
-		case !ran && len(s.Links) != 0:
-			t.Errorf("duplicate %s: links %v, want none (the hooks give no context without a handler run)", k, s.Links)
+		case !ran && (len(s.Links) != 1 || !s.Links[0].SpanContext.Equal(linkFor(k, prodBatch, dupProd))):
+			t.Errorf("duplicate %s: links %v, want its delivery's producer span", k, s.Links)
 		case ran && (len(s.Links) != 1 || !s.Links[0].SpanContext.Equal(linkFor(k, prodBatch, prod))):
 			t.Errorf("span %s: links %v, want the producer's span", k, s.Links)
 		}
