@@ -84,7 +84,7 @@ func TestRedriveKafkaWithRerun(t *testing.T) {
 	}
 	// Planned first: nothing is republished without Execute, and failed keys need Rerun.
 	rep, err := replay.RedriveKafka(ctx, store, openDLQ(), adm, replay.RedriveOptions{})
-	if err != nil || rep.Counts[replay.NotRerunnable] != n || rep.Kinds["ERROR"] != n {
+	if err != nil || rep.Counts[replay.NotRerunnable] != n || rep.Kinds["PERMANENT"] != n {
 		t.Fatalf("dry redrive: %+v, %v", rep, err)
 	}
 	fixed.Store(true)

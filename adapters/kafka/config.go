@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"strconv"
 	"time"
 
 	"github.com/idemkit/idemkit/consumer"
@@ -31,7 +32,43 @@ const (
 	HeaderAttempts          = "idemkit-attempts"
 	HeaderOutcome           = "idemkit-outcome"
 	HeaderError             = "idemkit-error"
+	// HeaderKind is the machine-readable reason of a dead letter: PERMANENT,
+	// CONFLICT, EXHAUSTED, UNDECODABLE, NO_KEY, ... (consumer.DeadLetterKind).
+	HeaderKind = "idemkit-kind"
+	// HeaderBodyLess is "true" on a dead letter whose body was left out because the
+	// broker refused the full copy (too large); the original is at its coordinates.
+	HeaderBodyLess = "idemkit-body-less"
 )
+
+// MaxErrorHeader is the longest error text a dead-letter copy carries; longer
+// texts are cut with a marker.
+const MaxErrorHeader = 4 << 10
+
+// Ordering says which records of a partition may run at the same time.
+type Ordering int
+
+const (
+	// ByKey runs the records of one idempotency key one at a time, in offset
+	// order, and records of different keys at once (the default).
+	ByKey Ordering = iota
+	// ByPartition runs the records of a partition one at a time, in offset order.
+	ByPartition
+	// Unordered runs records as they come (two records of one key still never run
+	// at once).
+	Unordered
+)
+
+func (o Ordering) String() string {
+	switch o {
+	case ByKey:
+		return "key"
+	case ByPartition:
+		return "partition"
+	case Unordered:
+		return "unordered"
+	}
+	return "Ordering(" + strconv.Itoa(int(o)) + ")"
+}
 
 // KeyFunc returns a record's idempotency key. v is the decoded value (the record
 // itself for New).
@@ -49,14 +86,16 @@ type config struct {
 	keyFunc        KeyFunc
 	valueType      reflect.Type // the V a WithValueKey expects
 	deadLetter     func(topic string) string
+	ordering       Ordering
+	inFlight       int
+	handlers       int
+	partitionLimit int
 	maxPoll        int
 	backoffBase    time.Duration
 	backoffMax     time.Duration
-	inProgressWait time.Duration
-	retryLater     time.Duration
-	dlqTries       int
+	revokeDrain    time.Duration
+	commitEvery    time.Duration
 	shutdownGrace  time.Duration
-	perMessage     bool
 	hooks          []Hook
 	logger         *slog.Logger
 	onAssigned     func(context.Context, *kgo.Client, map[string][]int32)
@@ -66,14 +105,18 @@ type config struct {
 
 func defaults() config {
 	return config{
-		keyHeader:     DefaultKeyHeader,
-		deadLetter:    func(topic string) string { return topic + ".dlq" },
-		maxPoll:       1000,
-		backoffBase:   100 * time.Millisecond,
-		backoffMax:    5 * time.Second,
-		retryLater:    10 * time.Second,
-		dlqTries:      5,
-		shutdownGrace: 10 * time.Second,
+		keyHeader:      DefaultKeyHeader,
+		deadLetter:     func(topic string) string { return topic + ".dlq" },
+		ordering:       ByKey,
+		inFlight:       256,
+		handlers:       256,
+		partitionLimit: 256,
+		maxPoll:        1000,
+		backoffBase:    100 * time.Millisecond,
+		backoffMax:     5 * time.Second,
+		revokeDrain:    5 * time.Second,
+		commitEvery:    100 * time.Millisecond,
+		shutdownGrace:  10 * time.Second,
 	}
 }
 
@@ -113,38 +156,50 @@ func WithDeadLetterTopic(fn func(topic string) string) Opt {
 	return optFunc(func(c *config) { c.deadLetter = fn })
 }
 
+// WithOrdering says which records may run at once: ByKey (default), ByPartition
+// or Unordered. Commits are of the settled prefix of each partition in every mode.
+func WithOrdering(o Ordering) Opt { return optFunc(func(c *config) { c.ordering = o }) }
+
+// WithInFlight bounds the records that are claimed, running or being settled at
+// once, over all partitions (the engine's window). Default 256, sized for handlers
+// that wait on I/O for a few milliseconds: in-flight / handler latency bounds the
+// throughput (256 / 2 ms = 128,000 records/s).
+func WithInFlight(n int) Opt { return optFunc(func(c *config) { c.inFlight = n }) }
+
+// WithConcurrency bounds the handlers running at once. Default 256 (as many as the
+// in-flight window, for I/O-bound handlers); lower it for CPU-bound ones.
+func WithConcurrency(n int) Opt { return optFunc(func(c *config) { c.handlers = n }) }
+
+// WithPartitionInFlight bounds the records of one partition taken and not yet
+// settled; a partition at the bound is paused (its fetches stop) until half of them
+// settled, and the other partitions go on. Default 256.
+func WithPartitionInFlight(n int) Opt { return optFunc(func(c *config) { c.partitionLimit = n }) }
+
 // WithMaxPollRecords bounds the records taken per poll. Default 1000.
 func WithMaxPollRecords(n int) Opt { return optFunc(func(c *config) { c.maxPoll = n }) }
 
-// WithBackoff sets the in-place retry backoff: base doubling up to max, with full
-// jitter. Default 100ms to 5s.
+// WithBackoff sets the retry backoff of a record whose handler failed with a
+// retryable error: base doubling up to max, with full jitter. A retrying record
+// holds back only its key (and its partition's commit point). Default 100ms to 5s.
 func WithBackoff(base, max time.Duration) Opt {
 	return optFunc(func(c *config) { c.backoffBase, c.backoffMax = base, max })
 }
 
-// WithInProgressWait bounds how long a record found IN_PROGRESS is waited for
-// before it is left to the next poll. Default: the store's lease plus one second,
-// so a dead owner's claim can run out and be taken over.
-func WithInProgressWait(d time.Duration) Opt {
-	return optFunc(func(c *config) { c.inProgressWait = d })
-}
+// WithRevokeDrain bounds how long a revocation waits for the revoked partitions'
+// records to settle before it commits their settled prefix and lets the rebalance
+// go on; records still running then see their contexts cancelled and run again on
+// the partition's next owner. It bounds how long this member holds up a rebalance;
+// keep it below the group's rebalance timeout. Default 5s.
+func WithRevokeDrain(d time.Duration) Opt { return optFunc(func(c *config) { c.revokeDrain = d }) }
 
-// WithRetryLater bounds how long a record is retried in place while the store is
-// unreachable before its partition is left to the next poll. Default 10s.
-func WithRetryLater(d time.Duration) Opt { return optFunc(func(c *config) { c.retryLater = d }) }
+// WithCommitInterval sets how often the settled prefix of each partition is
+// committed. Default 100ms.
+func WithCommitInterval(d time.Duration) Opt { return optFunc(func(c *config) { c.commitEvery = d }) }
 
-// WithDeadLetterTries bounds the produce attempts of one dead-letter copy before the
-// record is left to the next poll. Default 5.
-func WithDeadLetterTries(n int) Opt { return optFunc(func(c *config) { c.dlqTries = n }) }
-
-// WithShutdownGrace bounds how long the current poll's records may still run after
-// Run's context is cancelled. Default 10s.
+// WithShutdownGrace bounds how long the records taken may still settle after Run's
+// context is cancelled; then running handlers see their contexts cancelled. Default
+// 10s.
 func WithShutdownGrace(d time.Duration) Opt { return optFunc(func(c *config) { c.shutdownGrace = d }) }
-
-// WithPerMessageCompletion completes each record in the store as soon as its
-// handler returns (one round trip each) instead of once per partition batch, which
-// narrows the window in which a crash re-runs finished handlers. Default off.
-func WithPerMessageCompletion(on bool) Opt { return optFunc(func(c *config) { c.perMessage = on }) }
 
 // WithHooks adds observers (see Hook). Default none.
 func WithHooks(hooks ...Hook) Opt {
@@ -176,14 +231,18 @@ func (c *config) validate() error {
 		return configError("empty key header: omit WithKeyHeader for %q, or give WithKeyFunc", DefaultKeyHeader)
 	case c.deadLetter == nil:
 		return configError("nil dead-letter topic function: omit WithDeadLetterTopic for <topic>.dlq")
+	case c.ordering < ByKey || c.ordering > Unordered:
+		return configError("WithOrdering(%v): give ByKey, ByPartition or Unordered", c.ordering)
+	case c.inFlight < 1 || c.handlers < 1 || c.partitionLimit < 1:
+		return configError("WithInFlight(%d), WithConcurrency(%d), WithPartitionInFlight(%d): give at least 1 each", c.inFlight, c.handlers, c.partitionLimit)
 	case c.maxPoll < 1:
 		return configError("WithMaxPollRecords(%d): give at least 1", c.maxPoll)
 	case c.backoffBase <= 0 || c.backoffMax < c.backoffBase:
 		return configError("WithBackoff(%v, %v): give 0 < base <= max", c.backoffBase, c.backoffMax)
-	case c.inProgressWait < 0 || c.retryLater < 0 || c.shutdownGrace < 0:
-		return configError("negative duration in WithInProgressWait, WithRetryLater or WithShutdownGrace")
-	case c.dlqTries < 1:
-		return configError("WithDeadLetterTries(%d): give at least 1", c.dlqTries)
+	case c.revokeDrain < 0 || c.shutdownGrace < 0:
+		return configError("negative duration in WithRevokeDrain or WithShutdownGrace")
+	case c.commitEvery <= 0:
+		return configError("WithCommitInterval(%v): give a positive interval", c.commitEvery)
 	}
 	return nil
 }

@@ -3,7 +3,6 @@ package kafka
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"maps"
 	"reflect"
@@ -15,9 +14,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/idemkit/idemkit/consumer"
-	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/idemkit/idemkit/internal/engine"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // coordinatesNS is the namespace of keys derived from a record's coordinates.
@@ -28,16 +26,46 @@ var coordinatesNS = uuid.MustParse("0b5d1f4c-6a55-4f0e-9d43-2c7e1a9b8f10")
 type Consumer[V, T any] struct {
 	cl     *kgo.Client
 	store  consumer.Store
+	s      consumer.Settings
 	decode func(*kgo.Record) (V, error)
 	handle func(ctx context.Context, v V, rec *kgo.Record) (T, error)
 	cfg    config
 	log    *slog.Logger
+	group  string
 	topics []string
 
 	running atomic.Bool
-	mu      sync.Mutex
-	pending map[string]map[int32]kgo.EpochOffset // settled, not yet committed
-	hw      map[string]map[int32]int64           // high watermarks seen, for lag
+	pipe    *consumer.Pipeline[T]
+	lanes   *engine.Sequencer[*record[V]]
+	startq  chan struct{} // wakes the starter
+	stop    chan struct{} // closed when Run ends: timers and the starter give up
+
+	mu       sync.Mutex
+	parts    map[topicPartition]*partition
+	queue    []*record[V] // records whose turn has come, to submit in order
+	open     int          // records taken and not finished
+	roomWait chan struct{}
+	commitMu sync.Mutex // one commit at a time
+}
+
+type topicPartition struct {
+	topic string
+	part  int32
+}
+
+// partition is what the consumer keeps of an assigned partition.
+type partition struct {
+	topicPartition
+	ctx    context.Context // its records' handlers; cancelled when it is revoked or lost
+	cancel context.CancelFunc
+	track  engine.Tracker
+	open   int   // records taken and not finished
+	next   int64 // the offset to commit: one past the settled prefix; -1 before any
+	done   int64 // the offset committed last; -1 before any
+	hw     int64 // the high watermark seen last
+	paused bool
+	gone   bool          // revoked or lost: its records are dropped as they come back
+	empty  chan struct{} // closed when open reaches 0 after gone
 }
 
 // New returns a consumer that runs handler on every record of the group that
@@ -67,7 +95,7 @@ func NewTyped[V, T any](store consumer.Store, clientOpts []kgo.Opt, decode func(
 		o.apply(&cfg)
 	}
 	switch {
-	case store == nil:
+	case store == nil || isNilPointer(store):
 		return nil, configError("nil store: pass consumer.NewRedisStore(...)")
 	case decode == nil:
 		return nil, configError("nil decode function")
@@ -80,21 +108,22 @@ func NewTyped[V, T any](store consumer.Store, clientOpts []kgo.Opt, decode func(
 		return nil, err
 	}
 	s := store.Settings()
-	if cfg.inProgressWait == 0 {
-		cfg.inProgressWait = s.Lease + time.Second
+	if s.Scope == consumer.DefaultScope {
+		return nil, configError("the store has the default scope %q: give it consumer.WithScope(<this service's name>), so that two services consuming one topic keep records of their own", consumer.DefaultScope)
 	}
 	log := cfg.logger
 	if log == nil {
 		log = s.Logger
 	}
 	c := &Consumer[V, T]{
-		store: store, decode: decode, handle: handler, cfg: cfg, log: log,
-		pending: make(map[string]map[int32]kgo.EpochOffset),
-		hw:      make(map[string]map[int32]int64),
+		store: store, s: s, decode: decode, handle: handler, cfg: cfg, log: log,
+		lanes:  engine.NewSequencer[*record[V]](),
+		startq: make(chan struct{}, 1),
+		stop:   make(chan struct{}),
+		parts:  make(map[topicPartition]*partition),
 	}
 	all := append(slices.Clone(clientOpts),
 		kgo.DisableAutoCommit(),
-		kgo.BlockRebalanceOnPoll(),
 		kgo.OnPartitionsAssigned(c.assigned),
 		kgo.OnPartitionsRevoked(c.revoked),
 		kgo.OnPartitionsLost(c.lost),
@@ -106,8 +135,7 @@ func NewTyped[V, T any](store consumer.Store, clientOpts []kgo.Opt, decode func(
 	topicSet, _ := cl.OptValue(kgo.ConsumeTopics).(map[string]*regexp.Regexp)
 	topics := slices.Sorted(maps.Keys(topicSet))
 	regex, _ := cl.OptValue(kgo.ConsumeRegex).(bool)
-	switch {
-	case len(topics) == 0:
+	if len(topics) == 0 {
 		cl.Close()
 		return nil, configError("no topics: add kgo.ConsumeTopics(...)")
 	}
@@ -123,8 +151,14 @@ func NewTyped[V, T any](store consumer.Store, clientOpts []kgo.Opt, decode func(
 		log.Warn("kafka: the store's lease is longer than the group's session timeout: after a member dies, its records wait for the lease after its partitions move",
 			"lease", s.Lease, "session_timeout", st)
 	}
+	c.group, _ = cl.OptValue(kgo.ConsumerGroup).(string)
 	c.cl, c.topics = cl, topics
 	return c, nil
+}
+
+func isNilPointer(v any) bool {
+	rv := reflect.ValueOf(v)
+	return rv.Kind() == reflect.Pointer && rv.IsNil()
 }
 
 // diagnose explains why the user's options plus the adapter's made no client.
@@ -140,7 +174,7 @@ func diagnose(clientOpts []kgo.Opt, err error) error {
 	if marks, _ := probe.OptValue(kgo.AutoCommitMarks).(bool); marks {
 		return configError("kgo.AutoCommitMarks: drop it; the adapter disables auto-commit and commits settled offsets itself")
 	}
-	return configError("the kgo options do not make a client with the adapter's (manual commits, rebalances blocked while polling): %v", err)
+	return configError("the kgo options do not make a client with the adapter's (manual commits): %v", err)
 }
 
 // Client returns the underlying kgo client (for metrics or admin calls; do not poll
@@ -154,214 +188,110 @@ func (c *Consumer[V, T]) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
 		return errors.New("kafka: Run called twice")
 	}
-	defer c.cl.CloseAllowingRebalance()
-	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelWork()
-	done := make(chan struct{})
-	defer close(done)
-	go func() { // the grace period: started records may finish, then are abandoned
-		select {
-		case <-ctx.Done():
-		case <-done:
+	pipe, err := consumer.NewPipeline[T](context.WithoutCancel(ctx), c.store, consumer.WithWindow(c.cfg.inFlight),
+		consumer.WithHandlers(c.cfg.handlers), consumer.WithSource("kafka"))
+	if err != nil {
+		c.cl.Close()
+		return err
+	}
+	c.pipe = pipe
+	var loops sync.WaitGroup
+	loops.Add(2)
+	go func() { defer loops.Done(); c.starter() }()
+	go func() { defer loops.Done(); c.committer() }()
+
+	c.poll(ctx)
+
+	// Shutdown: what was taken may settle for the grace period; then running
+	// handlers are cancelled and the rest dropped, uncommitted.
+	grace, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.shutdownGrace)
+	c.waitIdle(grace, nil)
+	cancel()
+	c.commit(context.WithoutCancel(ctx), nil)
+	c.mu.Lock()
+	for _, p := range c.parts {
+		p.gone = true
+		p.cancel()
+	}
+	c.mu.Unlock()
+	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), c.s.CallTimeout+time.Second)
+	if err := pipe.Shutdown(sctx); err != nil {
+		c.log.Warn("kafka: shutdown: handlers still running", "err", err)
+	}
+	scancel()
+	close(c.stop)
+	loops.Wait()
+	c.cl.Close()
+	return nil
+}
+
+// poll takes records until ctx ends or the client is closed.
+func (c *Consumer[V, T]) poll(ctx context.Context) {
+	for ctx.Err() == nil {
+		if !c.waitRoom(ctx) {
 			return
 		}
-		t := time.NewTimer(c.cfg.shutdownGrace)
-		defer t.Stop()
-		select {
-		case <-t.C:
-			cancelWork()
-		case <-done:
-		}
-	}()
-
-	for ctx.Err() == nil {
-		pollCtx, cancelPoll := ctx, context.CancelFunc(func() {})
-		if c.hasPending() { // an idle partition must not keep a failed commit waiting
-			pollCtx, cancelPoll = context.WithTimeout(ctx, time.Second)
-		}
-		fetches := c.cl.PollRecords(pollCtx, c.cfg.maxPoll)
-		cancelPoll()
+		fetches := c.cl.PollRecords(ctx, c.cfg.maxPoll)
 		if fetches.IsClientClosed() {
-			break
+			return
 		}
 		fetches.EachError(func(topic string, p int32, err error) {
 			if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 				c.log.Warn("kafka: fetch error", "topic", topic, "partition", p, "err", err)
 			}
 		})
-		c.processPoll(work, fetches)
-		cctx, cancel := context.WithTimeout(work, 30*time.Second)
-		c.commitPending(cctx, nil)
-		cancel()
-		c.cl.AllowRebalance()
-	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	c.commitPending(cctx, nil)
-	cancel()
-	return nil
-}
-
-type partitionRun struct {
-	topic   string
-	part    int32
-	recs    []*kgo.Record
-	hw      int64
-	settled int
-}
-
-// processPoll runs every partition of a poll in parallel and records what settled.
-func (c *Consumer[V, T]) processPoll(ctx context.Context, fetches kgo.Fetches) {
-	var runs []*partitionRun
-	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
-		if len(p.Records) > 0 {
-			runs = append(runs, &partitionRun{topic: p.Topic, part: p.Partition, recs: p.Records, hw: p.HighWatermark})
-		}
-	})
-	var wg sync.WaitGroup
-	for _, r := range runs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r.settled = c.processPartition(ctx, r.recs)
-		}()
-	}
-	wg.Wait()
-
-	rewind := make(map[string]map[int32]kgo.EpochOffset)
-	c.mu.Lock()
-	for _, r := range runs {
-		if r.settled > 0 {
-			last := r.recs[r.settled-1]
-			setOffset(c.pending, r.topic, r.part, kgo.EpochOffset{Epoch: last.LeaderEpoch, Offset: last.Offset + 1})
-		}
-		if c.hw[r.topic] == nil {
-			c.hw[r.topic] = make(map[int32]int64)
-		}
-		c.hw[r.topic][r.part] = r.hw
-		if r.settled < len(r.recs) {
-			next := r.recs[r.settled]
-			setOffset(rewind, r.topic, r.part, kgo.EpochOffset{Epoch: next.LeaderEpoch, Offset: next.Offset})
-			c.log.Info("kafka: partition left at an unsettled record; it is fetched again",
-				"topic", r.topic, "partition", r.part, "offset", next.Offset)
-		}
-	}
-	c.mu.Unlock()
-	if len(rewind) > 0 {
-		c.cl.SetOffsets(rewind)
+		fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
+			if len(fp.Records) > 0 {
+				c.take(fp)
+			}
+		})
 	}
 }
 
-func (c *Consumer[V, T]) hasPending() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, parts := range c.pending {
-		if len(parts) > 0 {
+// waitRoom waits while the records taken and not finished reach the in-flight
+// window plus one poll: the engine's window is kept full while a poll is decoded.
+func (c *Consumer[V, T]) waitRoom(ctx context.Context) bool {
+	for {
+		c.mu.Lock()
+		if c.open < c.cfg.inFlight+c.cfg.maxPoll {
+			c.mu.Unlock()
 			return true
 		}
-	}
-	return false
-}
-
-func setOffset(m map[string]map[int32]kgo.EpochOffset, topic string, p int32, o kgo.EpochOffset) {
-	if m[topic] == nil {
-		m[topic] = make(map[int32]kgo.EpochOffset)
-	}
-	m[topic][p] = o
-}
-
-// commitPending commits the settled offsets (of only the partitions in `only`, when
-// given) synchronously. What fails to commit stays pending for the next try.
-func (c *Consumer[V, T]) commitPending(ctx context.Context, only map[string][]int32) {
-	c.mu.Lock()
-	offs := make(map[string]map[int32]kgo.EpochOffset)
-	for topic, parts := range c.pending {
-		for p, o := range parts {
-			if only == nil || slices.Contains(only[topic], p) {
-				setOffset(offs, topic, p, o)
-			}
+		if c.roomWait == nil {
+			c.roomWait = make(chan struct{})
+		}
+		wait := c.roomWait
+		c.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return false
 		}
 	}
-	c.mu.Unlock()
-	if len(offs) == 0 {
-		return
-	}
-	failed := make(map[string]map[int32]error)
-	var reqErr error
-	c.cl.CommitOffsetsSync(ctx, offs, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
-		if err != nil {
-			reqErr = err
+}
+
+// waitIdle waits until no record of the partitions only selects (all when nil) is
+// open, or ctx ends.
+func (c *Consumer[V, T]) waitIdle(ctx context.Context, only []*partition) {
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for {
+		c.mu.Lock()
+		open := c.open
+		if only != nil {
+			open = 0
+			for _, p := range only {
+				open += p.open
+			}
+		}
+		c.mu.Unlock()
+		if open == 0 {
 			return
 		}
-		for _, t := range resp.Topics {
-			for _, p := range t.Partitions {
-				if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
-					if failed[t.Topic] == nil {
-						failed[t.Topic] = make(map[int32]error)
-					}
-					failed[t.Topic][p.Partition] = err
-				}
-			}
-		}
-	})
-	if reqErr != nil {
-		c.log.Warn("kafka: commit failed; the offsets stay pending", "err", reqErr)
-		for topic, parts := range offs {
-			for p, o := range parts {
-				c.onCommitError(topic, p, o.Offset, reqErr)
-			}
-		}
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for topic, parts := range offs {
-		for p, o := range parts {
-			if err := failed[topic][p]; err != nil {
-				c.log.Warn("kafka: commit of a partition failed; its offset stays pending",
-					"topic", topic, "partition", p, "offset", o.Offset, "err", err)
-				c.onCommitError(topic, p, o.Offset, err)
-				continue
-			}
-			if cur, ok := c.pending[topic][p]; ok && cur.Offset == o.Offset {
-				delete(c.pending[topic], p)
-			}
-			c.onCommit(topic, p, o.Offset, c.hw[topic][p]-o.Offset)
-		}
-	}
-}
-
-func (c *Consumer[V, T]) assigned(ctx context.Context, cl *kgo.Client, parts map[string][]int32) {
-	if c.cfg.onAssigned != nil {
-		c.cfg.onAssigned(ctx, cl, parts)
-	}
-}
-
-// revoked commits what was settled on the revoked partitions, synchronously.
-func (c *Consumer[V, T]) revoked(ctx context.Context, cl *kgo.Client, parts map[string][]int32) {
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	c.commitPending(cctx, parts)
-	cancel()
-	c.forget(parts)
-	if c.cfg.onRevoked != nil {
-		c.cfg.onRevoked(ctx, cl, parts)
-	}
-}
-
-// lost forgets the lost partitions without committing: another member owns them.
-func (c *Consumer[V, T]) lost(ctx context.Context, cl *kgo.Client, parts map[string][]int32) {
-	c.log.Warn("kafka: partitions lost; their settled offsets are not committed", "partitions", fmt.Sprint(parts))
-	c.forget(parts)
-	if c.cfg.onLost != nil {
-		c.cfg.onLost(ctx, cl, parts)
-	}
-}
-
-func (c *Consumer[V, T]) forget(parts map[string][]int32) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for topic, ps := range parts {
-		for _, p := range ps {
-			delete(c.pending[topic], p)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
 		}
 	}
 }

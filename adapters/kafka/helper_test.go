@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -47,8 +48,24 @@ func helperMain() bool {
 func statsKey(prefix string) string { return "{" + prefix + "}:member-stats" }
 
 type memberHooks struct {
-	rdb    *redis.Client
-	prefix string
+	rdb       *redis.Client
+	prefix    string
+	succeeded *atomic.Int64 // records settled SUCCESS: each one charged and recorded completed
+}
+
+func (h memberHooks) OnOutcome(_ *kgo.Record, o consumer.Outcome) {
+	if o == consumer.Success {
+		h.succeeded.Add(1)
+	}
+}
+
+// announceFreeze sets the frozen key once the member's charges are all recorded
+// completed.
+func announceFreeze(rdb *redis.Client, prefix string, succeeded *atomic.Int64, charged int64) {
+	for succeeded.Load() < charged {
+		time.Sleep(2 * time.Millisecond)
+	}
+	rdb.Set(context.Background(), "{"+prefix+"}:frozen", "1", 0)
 }
 
 func (h memberHooks) incr(field string) {
@@ -74,32 +91,52 @@ func runMember(mode string) error {
 	}
 	book := testenv.NewLedger(rdb, prefix)
 	trap, _ := strconv.Atoi(os.Getenv(envTrap))
-	var effects atomic.Int64
-	var frozen atomic.Bool
-	hooks := memberHooks{rdb, prefix}
+	hooks := memberHooks{rdb: rdb, prefix: prefix, succeeded: new(atomic.Int64)}
+	// The member freezes once it has charged trap events: from then on its
+	// handlers stop before their effect (a zombie's write it once it is continued
+	// after a SIGSTOP, with its old fence). It announces the freeze only once every
+	// event it charged is recorded completed, so that a kill or a stop then tests
+	// the takeover of claims, not the window between an effect and its completion
+	// that only transactional completion closes.
+	var mu sync.Mutex
+	var effects int64
+	var frozen bool
+	continued := make(chan struct{})
+	sigc := make(chan os.Signal, 1)
+	signal.Notify(sigc, syscall.SIGCONT)
+	go func() { <-sigc; close(continued) }()
 	handler := func(ctx context.Context, ev event, rec *kgo.Record) (string, error) {
-		if frozen.Load() {
+		mu.Lock()
+		if frozen {
+			mu.Unlock()
 			if mode == "kill" {
 				<-ctx.Done() // claimed, never reaches its effect: the process is killed here
 				return "", ctx.Err()
 			}
-			// zombie: stopped here; when resumed it writes anyway, with its old fence
-			time.Sleep(500 * time.Millisecond)
+			<-continued // zombie: writes anyway once resumed, with its old fence
+			if _, err := book.Apply(context.WithoutCancel(ctx), ev.ID); err != nil {
+				return "", err
+			}
+			return "ch_" + ev.ID, nil
 		}
-		if _, err := book.Apply(ctx, ev.ID); err != nil {
+		_, err := book.Apply(ctx, ev.ID)
+		if err == nil {
+			hooks.incr("effects")
+			if effects++; effects == int64(trap) {
+				frozen = true
+				go announceFreeze(rdb, prefix, hooks.succeeded, effects)
+			}
+		}
+		mu.Unlock()
+		if err != nil {
 			return "", err
-		}
-		hooks.incr("effects")
-		if effects.Add(1) == int64(trap) {
-			frozen.Store(true)
-			rdb.Set(context.Background(), "{"+prefix+"}:frozen", "1", 0)
 		}
 		return "ch_" + ev.ID, nil
 	}
 	opts := groupOpts(strings.Split(os.Getenv(envBrokers), ","), "billing", "payments")
 	opts = append(opts, kgo.SessionTimeout(time.Second), kgo.HeartbeatInterval(200*time.Millisecond), kgo.RebalanceTimeout(3*time.Second))
 	c, err := kafka.NewTyped(store, opts, decodeEvent, handler,
-		kafka.WithPerMessageCompletion(true), kafka.WithMaxPollRecords(50), kafka.WithHooks(hooks),
+		kafka.WithMaxPollRecords(50), kafka.WithHooks(hooks),
 		kafka.WithOnLost(func(context.Context, *kgo.Client, map[string][]int32) { hooks.incr("lost") }))
 	if err != nil {
 		return err

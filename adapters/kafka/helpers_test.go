@@ -188,6 +188,7 @@ func groupOpts(brokers []string, group string, topics ...string) []kgo.Opt {
 		kgo.ConsumeTopics(topics...),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchMaxWait(100 * time.Millisecond),
+		kgo.HeartbeatInterval(250 * time.Millisecond), // members hear of a rebalance within a quarter second
 	}
 }
 

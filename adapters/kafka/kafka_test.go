@@ -42,20 +42,33 @@ func charge(l *testenv.Ledger) func(ctx context.Context, ev event, rec *kgo.Reco
 // and the first leaves mid-run. Every event is charged exactly once, every offset is
 // committed, nothing is dead-lettered.
 func TestExactlyOnceThroughRebalances(t *testing.T) {
+	for _, o := range []kafka.Ordering{kafka.ByKey, kafka.ByPartition, kafka.Unordered} {
+		t.Run(o.String(), func(t *testing.T) { exactlyOnceThroughRebalances(t, o) })
+	}
+}
+
+func exactlyOnceThroughRebalances(t *testing.T, ordering kafka.Ordering) {
 	const n = 10000
 	brokers, _ := testenv.Kafka(t, 8, "payments", "payments.dlq")
 	store, book := newStore(t, consumer.WithLease(5*time.Second))
 	events := produce(t, brokers, "payments", n, 0.2)
 	var outcomes sync.Map
 	hook := outcomeCounter{&outcomes}
-	// Each record takes a little time, so that the run spans the membership changes.
+	// The group runs at most 2,500 records a second, so that the run spans the
+	// membership changes.
+	pace := time.NewTicker(400 * time.Microsecond)
+	defer pace.Stop()
 	handler := func(ctx context.Context, ev event, rec *kgo.Record) (string, error) {
-		time.Sleep(300 * time.Microsecond)
+		select {
+		case <-pace.C:
+		case <-ctx.Done():
+			return "", context.Cause(ctx)
+		}
 		return charge(book)(ctx, ev, rec)
 	}
 	newMember := func(settled *atomic.Int64, assigned, revoked *atomic.Int32) *kafka.Consumer[event, string] {
 		c, err := kafka.NewTyped(store, groupOpts(brokers, "billing", "payments"), decodeEvent, handler,
-			kafka.WithHooks(hook, settledCounter{settled}), kafka.WithMaxPollRecords(500),
+			kafka.WithHooks(hook, settledCounter{settled}), kafka.WithMaxPollRecords(500), kafka.WithOrdering(ordering),
 			kafka.WithOnAssigned(func(_ context.Context, _ *kgo.Client, p map[string][]int32) {
 				if len(p) > 0 {
 					assigned.Add(1)
@@ -78,8 +91,10 @@ func TestExactlyOnceThroughRebalances(t *testing.T) {
 	startMember(t, newMember(&ignored, &unused, &unused))
 	testenv.Eventually(t, 60*time.Second, "a fifth of the events", func() bool { return book.Total(t) >= n/5 })
 	startMember(t, newMember(&joinerSettled, &joinerAssigned, &unused)) // joins mid-run
+	joinStart := time.Now()
 	testenv.Eventually(t, 60*time.Second, "the joining member to get partitions", func() bool { return joinerAssigned.Load() > 0 })
 	leftAtJoin := n - book.Total(t)
+	t.Logf("joined after %v, %d left", time.Since(joinStart), leftAtJoin)
 	testenv.Eventually(t, 60*time.Second, "two thirds of the events", func() bool { return book.Total(t) >= 2*n/3 })
 	m1.stop() // leaves mid-run
 	left := n - book.Total(t)
@@ -194,22 +209,23 @@ func TestPoisonAndBadRecordsAreDeadLettered(t *testing.T) {
 	if len(dead) != 4 {
 		t.Fatalf("%d dead-lettered records, want 4", len(dead))
 	}
-	want := []struct{ key, outcome, attempts, errText string }{
-		{"poison", "ERROR", "3", "cannot reach the tax service"},
-		{"garbled", "UNDECODABLE", "0", "undecodable"},
-		{"declined", "ERROR", "1", "card declined"},
-		{"", "NO_KEY", "0", "no usable idempotency key"},
+	want := map[string]struct{ outcome, kind, attempts, offset, errText string }{
+		"poison":   {"ERROR", "EXHAUSTED", "3", "1", "cannot reach the tax service"},
+		"garbled":  {"ERROR", "UNDECODABLE", "0", "3", "undecodable"},
+		"declined": {"ERROR", "PERMANENT", "1", "4", "card declined"},
+		"":         {"ERROR", "NO_KEY", "0", "5", "no usable idempotency key"},
 	}
-	for i, w := range want {
-		d := dead[i]
-		if header(d, kafka.HeaderOriginalTopic) != "orders" || header(d, kafka.HeaderOriginalPartition) != "0" ||
-			header(d, kafka.HeaderKey) != w.key || header(d, kafka.HeaderOutcome) != w.outcome ||
-			header(d, kafka.HeaderAttempts) != w.attempts || !strings.Contains(header(d, kafka.HeaderError), w.errText) {
-			t.Errorf("dead letter %d: headers %v, want key %q outcome %s attempts %s error ~%q", i, d.Headers, w.key, w.outcome, w.attempts, w.errText)
+	for i, d := range dead {
+		key := header(d, kafka.HeaderKey)
+		w, ok := want[key]
+		if !ok || header(d, kafka.HeaderOriginalTopic) != "orders" || header(d, kafka.HeaderOriginalPartition) != "0" ||
+			header(d, kafka.HeaderOutcome) != w.outcome || header(d, kafka.HeaderKind) != w.kind ||
+			header(d, kafka.HeaderAttempts) != w.attempts || header(d, kafka.HeaderOriginalOffset) != w.offset ||
+			!strings.Contains(header(d, kafka.HeaderError), w.errText) {
+			t.Errorf("dead letter %d: headers %v, want for key %q outcome %s kind %s attempts %s offset %s error ~%q",
+				i, d.Headers, key, w.outcome, w.kind, w.attempts, w.offset, w.errText)
 		}
-	}
-	if off := header(dead[0], kafka.HeaderOriginalOffset); off != "1" {
-		t.Errorf("poison original offset %s, want 1", off)
+		delete(want, key)
 	}
 	if hooks.dead.Load() != 4 || hooks.retries.Load() != 2 {
 		t.Fatalf("hooks: %d dead letters, %d retries; want 4 and 2", hooks.dead.Load(), hooks.retries.Load())
@@ -285,13 +301,13 @@ func TestCommitAndDeadLetterFaults(t *testing.T) {
 		return charge(book)(ctx, ev, rec)
 	}
 	c, err := kafka.NewTyped(store, groupOpts(brokers, "ledger-svc", "ledger"), decodeEvent, handler,
-		kafka.WithBackoff(10*time.Millisecond, 50*time.Millisecond), kafka.WithDeadLetterTries(2))
+		kafka.WithBackoff(10*time.Millisecond, 50*time.Millisecond), kafka.WithOrdering(kafka.ByPartition))
 	if err != nil {
 		t.Fatal(err)
 	}
 	startMember(t, c)
 	// While the dead-letter topic refuses, partition 1 may not be committed past
-	// the poison record, and the record after it must not run.
+	// the poison record, and (ordered by partition) the record after it must not run.
 	// (Faults only run down, so what was seen before a read of a positive count
 	// was seen while every dead-letter produce so far had failed.)
 	for {

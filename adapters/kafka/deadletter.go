@@ -1,0 +1,108 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/internal/retry"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// deadLetter produces a copy of r to its dead-letter topic and, once the broker
+// acknowledged it, finishes r as settled. A copy the broker refuses for its size is
+// replaced by a body-less one (coordinates, key, kind and reason); other failures
+// are tried again with backoff for as long as the partition is this member's. Only
+// r's key (and its partition's commit point) waits meanwhile.
+func (c *Consumer[V, T]) deadLetter(r *record[V], kind string, attempts int, o consumer.Outcome, reason error) {
+	topic := c.cfg.deadLetter(r.rec.Topic)
+	text := "unknown"
+	if reason != nil {
+		text = consumer.CapText(reason.Error(), MaxErrorHeader)
+	}
+	for try := 1; ; try++ {
+		bodyLess := false
+		err := c.produce(c.deadLetterCopy(r, topic, kind, attempts, o, text, false))
+		if tooLarge(err) {
+			c.log.Warn("kafka: the dead-letter copy is too large for the broker; a body-less copy goes instead",
+				"topic", r.rec.Topic, "partition", r.rec.Partition, "offset", r.rec.Offset, "dlq", topic, "err", err)
+			bodyLess = true
+			err = c.produce(c.deadLetterCopy(r, topic, kind, attempts, o, consumer.CapText(text, 1<<10), true))
+		}
+		if err == nil {
+			c.log.Warn("kafka: record dead-lettered", "topic", r.rec.Topic, "partition", r.rec.Partition,
+				"offset", r.rec.Offset, "dlq", topic, "kind", kind, "body_less", bodyLess, "reason", consumer.CapText(text, 256))
+			c.onDeadLetter(r.rec, topic, reason)
+			consumer.Observe(c.s, func(h consumer.DeadLetterHook) {
+				h.OnDeadLetter(consumer.DeadLetterEvent{Source: "kafka", Scope: c.s.Scope, Key: r.key, Kind: kind,
+					Destination: topic, BodyLess: bodyLess})
+			})
+			c.onOutcome(r.rec, o)
+			c.finish(r, true)
+			return
+		}
+		c.log.Warn("kafka: dead-letter produce failed; trying again", "dlq", topic, "try", try, "err", err)
+		t := time.NewTimer(retry.Backoff(c.cfg.backoffBase, c.cfg.backoffMax, try))
+		select {
+		case <-t.C:
+		case <-c.stop:
+			t.Stop()
+			c.finish(r, false)
+			return
+		}
+		if c.isGone(r.p) {
+			c.finish(r, false)
+			return
+		}
+	}
+}
+
+func (c *Consumer[V, T]) produce(rec *kgo.Record) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return c.cl.ProduceSync(ctx, rec).FirstErr()
+}
+
+// tooLarge reports whether the broker (or the client, before sending) refused a
+// record for its size.
+func tooLarge(err error) bool {
+	return errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge)
+}
+
+// deadLetterCopy is r's copy for topic: its key, value and headers (none of them
+// when bodyLess), plus the idemkit headers, with the trace context of the delivery.
+func (c *Consumer[V, T]) deadLetterCopy(r *record[V], topic, kind string, attempts int, o consumer.Outcome, text string, bodyLess bool) *kgo.Record {
+	rec := r.rec
+	out := &kgo.Record{Topic: topic, Key: rec.Key}
+	if !bodyLess {
+		out.Value = rec.Value
+		out.Headers = append(out.Headers, rec.Headers...)
+	}
+	out.Headers = append(out.Headers,
+		kgo.RecordHeader{Key: HeaderOriginalTopic, Value: []byte(rec.Topic)},
+		kgo.RecordHeader{Key: HeaderOriginalPartition, Value: []byte(strconv.Itoa(int(rec.Partition)))},
+		kgo.RecordHeader{Key: HeaderOriginalOffset, Value: []byte(strconv.FormatInt(rec.Offset, 10))},
+		kgo.RecordHeader{Key: HeaderKey, Value: []byte(r.key)},
+		kgo.RecordHeader{Key: HeaderAttempts, Value: []byte(strconv.Itoa(attempts))},
+		kgo.RecordHeader{Key: HeaderOutcome, Value: []byte(o.String())},
+		kgo.RecordHeader{Key: HeaderKind, Value: []byte(kind)},
+		kgo.RecordHeader{Key: HeaderError, Value: []byte(text)},
+	)
+	if bodyLess {
+		out.Headers = append(out.Headers, kgo.RecordHeader{Key: HeaderBodyLess, Value: []byte("true")})
+	}
+	ctx := consumer.ContextWithCarrier(context.Background(), headers(rec.Headers))
+	consumer.InjectTrace(ctx, c.s, func(k, v string) {
+		for i, h := range out.Headers {
+			if h.Key == k {
+				out.Headers[i].Value = []byte(v)
+				return
+			}
+		}
+		out.Headers = append(out.Headers, kgo.RecordHeader{Key: k, Value: []byte(v)})
+	})
+	return out
+}
