@@ -48,8 +48,9 @@ const MaxErrorHeader = 4 << 10
 type Ordering int
 
 const (
-	// ByKey runs the records of one idempotency key one at a time, in offset
-	// order, and records of different keys at once (the default).
+	// ByKey runs the records of one Kafka record key (an account, an order) one
+	// at a time, in offset order, and records of different keys at once (the
+	// default); records without a record key are ordered by their idempotency key.
 	ByKey Ordering = iota
 	// ByPartition runs the records of a partition one at a time, in offset order.
 	ByPartition

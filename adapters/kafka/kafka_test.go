@@ -58,7 +58,9 @@ func exactlyOnceThroughRebalances(t *testing.T, ordering kafka.Ordering) {
 	// membership changes.
 	pace := time.NewTicker(400 * time.Microsecond)
 	defer pace.Stop()
+	var handlerRuns atomic.Int64
 	handler := func(ctx context.Context, ev event, rec *kgo.Record) (string, error) {
+		handlerRuns.Add(1)
 		select {
 		case <-pace.C:
 		case <-ctx.Done():
@@ -107,6 +109,9 @@ func exactlyOnceThroughRebalances(t *testing.T, ordering kafka.Ordering) {
 			leftAtJoin, left, firstRevoked.Load())
 	}
 
+	if handlerRuns.Load() != n {
+		t.Fatalf("%d handler runs, want %d: a revocation may neither lose a record nor run one twice", handlerRuns.Load(), n)
+	}
 	counts, stale := book.Counts(t)
 	if len(counts) != n {
 		t.Fatalf("%d events charged, want %d", len(counts), n)

@@ -100,8 +100,10 @@ func (c *Consumer[V, T]) prepare(p *partition, rec *kgo.Record) *record[V] {
 	switch {
 	case c.cfg.ordering == ByPartition:
 		r.lane = "p" + coords
+	case c.cfg.ordering == ByKey && len(rec.Key) > 0:
+		r.lane = "k" + string(rec.Key)
 	case c.cfg.ordering == ByKey && r.bad == nil:
-		r.lane = "k" + string(r.key)
+		r.lane = "i" + string(r.key)
 	default: // a lane of its own
 		r.lane = "r" + coords + "@" + strconv.FormatInt(rec.Offset, 10)
 	}
