@@ -8,56 +8,79 @@
 // with a store and a handler. The adapter adds what correctness needs and refuses
 // what would break it:
 //
-//   - it disables auto-commit and commits itself, synchronously, after every poll;
-//   - it blocks rebalances while a poll is processed (kgo.BlockRebalanceOnPoll), so a
-//     partition is never revoked while one of its records runs, and commits
-//     synchronously on revocation what was settled but not yet committed;
+//   - it disables auto-commit and commits itself: every WithCommitInterval (100ms),
+//     the contiguous settled prefix of each partition, synchronously;
 //   - it owns kgo.OnPartitionsAssigned, OnPartitionsRevoked and OnPartitionsLost (give
 //     yours to WithOnAssigned and friends: options of kgo set there are replaced);
 //   - it fails construction without kgo.ConsumerGroup or topics, with
-//     kgo.AutoCommitMarks, or with a dead-letter topic that is also consumed.
+//     kgo.AutoCommitMarks, with a dead-letter topic that is also consumed, or with a
+//     store on the default scope (give each service consumer.WithScope, so that two
+//     services on one topic keep records of their own).
 //
 // # Keys
 //
-// By default a record's key is its Idempotency-Key header when present. Without the
-// header, the key is derived from the record's coordinates (topic, partition,
-// offset): that recognises the same record delivered again after a crash or a
-// rebalance, but not an event its producer published twice (that lands at another
-// offset). The record's Kafka key is not used by default: it names an entity (an
-// order), not an operation, so using it would drop every event after the first.
-// For end-to-end deduplication send the header, or take the key from the value with
-// WithKeyFunc / WithValueKey.
+// By default a record's idempotency key is its Idempotency-Key header when present.
+// Without the header, the key is derived from the consumer group and the record's
+// coordinates (topic, partition, offset): that recognises the same record delivered
+// again after a crash or a rebalance, but not an event its producer published twice
+// (that lands at another offset). The record's Kafka key is not the idempotency key
+// by default: it names an entity (an order), not an operation, so using it would
+// drop every event after the first. For end-to-end deduplication send the header,
+// or take the key from the value with WithKeyFunc / WithValueKey.
 //
-// # What happens to a record
+// # The flow
 //
-// Partitions are processed in parallel; the records of one partition strictly in
-// order, each poll's records of a partition through consumer.ExecuteBatch (one claim
-// round trip per partition batch). consumer.ActionFor decides:
+// Records are not processed poll by poll. Every record taken from a poll joins the
+// shared execution engine (consumer.Pipeline): claims and completions are batched
+// from whatever is ready (one round trip for many records under load, none waited
+// for when idle), a handler starts as soon as its claim returns, and each result is
+// settled as it finishes. WithInFlight (256) bounds the records in the engine,
+// WithConcurrency (256) the handlers running: both sized for handlers that wait on
+// I/O for milliseconds; lower WithConcurrency for CPU-bound handlers.
+//
+// WithOrdering says which records may run at once: ByKey (the default) runs the
+// records of one Kafka record key in offset order, one at a time, and different
+// keys at once (as Confluent's parallel consumer does); ByPartition runs a
+// partition strictly in order; Unordered runs records as they come. In every mode
+// two records with the same idempotency key never run at once.
+//
+// consumer.ActionFor decides what a result means:
 //
 //   - SUCCESS, DUPLICATE: settled; but a DUPLICATE of a key that failed for good is
 //     dead-lettered again (its first copy may never have been confirmed).
-//   - retryable ERROR: retried in place with exponential backoff and jitter; the
-//     store counts the attempts and, at its max attempts, the record is dead-lettered.
-//     Later records of the partition wait.
+//   - retryable ERROR: run again after a backoff (WithBackoff) with jitter; the store
+//     counts the attempts and, at its max attempts, the record is dead-lettered. A
+//     store outage is waited out the same way but is not an attempt.
+//   - IN_PROGRESS: looked at again when the other owner's lease may have ended.
 //   - permanent ERROR, CONFLICT, EXHAUSTED, undecodable, no usable key: produced to the
-//     dead-letter topic (default <topic>.dlq) with headers saying why; settled only
-//     once the broker acknowledged that produce.
-//   - IN_PROGRESS: waited for (bounded, WithInProgressWait); the record then ends as
-//     DUPLICATE, is taken over, or is fetched again at the next poll.
+//     dead-letter topic (default <topic>.dlq) and settled only once the broker
+//     acknowledged it. The copy carries the record's key, value and headers plus
+//     idemkit-original-topic/-partition/-offset, idemkit-key, idemkit-attempts,
+//     idemkit-outcome, idemkit-kind (PERMANENT, CONFLICT, EXHAUSTED, UNDECODABLE,
+//     NO_KEY, ...) and idemkit-error cut to MaxErrorHeader (4 KiB). When the broker
+//     refuses the copy for its size, a body-less copy (headers only, with
+//     idemkit-body-less: true) goes instead; other produce failures are tried again
+//     with backoff.
 //
-// After each poll the offset after the last contiguous settled record of each
-// partition is committed. A record that could not be settled (store unreachable for
-// longer than WithRetryLater, dead-letter produce failing, still in progress) stops
-// its partition: its offset is fetched again at the next poll and nothing past it is
-// committed.
+// A record that waits (retrying, in progress elsewhere, its dead letter not yet
+// acknowledged) holds back only its own lane (its key, or its partition in
+// ByPartition) and its partition's commit point: other keys and other partitions go
+// on. A partition with WithPartitionInFlight (256) records taken and not settled is
+// paused until half of them settled; the member goes on with the others. Handler
+// panics are recovered, logged with their stack and retried as failures.
 //
-// # Shutdown, revocation, loss
+// # Revocation, loss, shutdown
 //
-// When Run's context is cancelled the adapter stops polling, lets the records of the
-// current poll finish for up to WithShutdownGrace, releases the claims of those it
-// did not start, commits synchronously what is settled, and leaves the group. On
-// revocation nothing is in flight (rebalances wait for the poll to finish) and
-// settled offsets are committed synchronously. On loss (the member was fenced out)
-// nothing is committed: another member owns the partitions, and the store's owner
-// tokens reject this member's late completions (LEASE_LOST).
+// On revocation the revoked partitions take no more records; their records waiting
+// to start are dropped, and those running get up to WithRevokeDrain (5s) to settle.
+// Then their settled prefix is committed and the rebalance goes on: a revocation
+// holds the group up for at most WithRevokeDrain plus one commit. Records still
+// running then have their contexts cancelled; their next owner runs them (if a
+// handler already finished its effect, the store makes the next owner's delivery a
+// DUPLICATE once the completion is written, or waits for the lease). On loss (the
+// member was fenced out) nothing is committed: another member owns the partitions,
+// and the store's owner tokens reject this member's late completions (LEASE_LOST).
+// When Run's context is cancelled the adapter stops polling, lets what it took
+// settle for up to WithShutdownGrace, commits what is settled, cancels what still
+// runs, releases those claims and leaves the group.
 package kafka
