@@ -111,7 +111,7 @@ func defaults() config {
 		ordering:       ByKey,
 		inFlight:       256,
 		handlers:       256,
-		partitionLimit: 256,
+		partitionLimit: 1024,
 		maxPoll:        1000,
 		backoffBase:    100 * time.Millisecond,
 		backoffMax:     5 * time.Second,
@@ -173,7 +173,9 @@ func WithConcurrency(n int) Opt { return optFunc(func(c *config) { c.handlers = 
 
 // WithPartitionInFlight bounds the records of one partition taken and not yet
 // settled; a partition at the bound is paused (its fetches stop) until half of them
-// settled, and the other partitions go on. Default 256.
+// settled, and the other partitions go on. It is meant for a partition that is
+// stuck (a stalled record in ByPartition, many records of a stalled key), not for
+// the normal flow, which the in-flight window paces. Default 1024.
 func WithPartitionInFlight(n int) Opt { return optFunc(func(c *config) { c.partitionLimit = n }) }
 
 // WithMaxPollRecords bounds the records taken per poll. Default 1000.

@@ -122,7 +122,11 @@ func NewTyped[V, T any](store consumer.Store, clientOpts []kgo.Opt, decode func(
 		stop:   make(chan struct{}),
 		parts:  make(map[topicPartition]*partition),
 	}
-	all := append(slices.Clone(clientOpts),
+	// A paused partition's next fetch can wait behind a fetch of the others that
+	// the broker holds for up to FetchMaxWait; kgo's 5s default would stall a
+	// resumed partition that long. The user's own FetchMaxWait wins.
+	all := append([]kgo.Opt{kgo.FetchMaxWait(250 * time.Millisecond)}, clientOpts...)
+	all = append(all,
 		kgo.DisableAutoCommit(),
 		kgo.OnPartitionsAssigned(c.assigned),
 		kgo.OnPartitionsRevoked(c.revoked),
@@ -248,12 +252,16 @@ func (c *Consumer[V, T]) poll(ctx context.Context) {
 	}
 }
 
-// waitRoom waits while the records taken and not finished reach the in-flight
-// window plus one poll: the engine's window is kept full while a poll is decoded.
+// roomCap bounds the records taken and not finished: the engine's window, one
+// poll (so that the window stays full while a poll is taken), and one partition's
+// in-flight bound (so that a stuck partition is paused before it fills the member).
+func (c *Consumer[V, T]) roomCap() int { return c.cfg.inFlight + c.cfg.maxPoll + c.cfg.partitionLimit }
+
+// waitRoom waits while the records taken and not finished reach roomCap.
 func (c *Consumer[V, T]) waitRoom(ctx context.Context) bool {
 	for {
 		c.mu.Lock()
-		if c.open < c.cfg.inFlight+c.cfg.maxPoll {
+		if c.open < c.roomCap() {
 			c.mu.Unlock()
 			return true
 		}

@@ -65,7 +65,7 @@
 // A record that waits (retrying, in progress elsewhere, its dead letter not yet
 // acknowledged) holds back only its own lane (its key, or its partition in
 // ByPartition) and its partition's commit point: other keys and other partitions go
-// on. A partition with WithPartitionInFlight (256) records taken and not settled is
+// on. A partition with WithPartitionInFlight (1024) records taken and not settled is
 // paused until half of them settled; the member goes on with the others. Handler
 // panics are recovered, logged with their stack and retried as failures.
 //

@@ -276,7 +276,7 @@ func (c *Consumer[V, T]) release(r *record[V], settled bool) {
 	if resume {
 		p.paused = false
 	}
-	if c.roomWait != nil && c.open < c.cfg.inFlight+c.cfg.maxPoll {
+	if c.roomWait != nil && c.open < c.roomCap() {
 		close(c.roomWait)
 		c.roomWait = nil
 	}
