@@ -310,7 +310,9 @@ func (p *Pipeline[T]) claim(ctx context.Context, batch []*pitem[T]) {
 				Attempts: rep.Attempts, Created: rep.Created, Fingerprint: rep.Fingerprint}
 			hctx, hcancel := context.WithCancelCause(it.ctx)
 			it.hctx = itemCtx{Context: hctx, info: Info{Key: it.Key, Scope: p.s.Scope, Attempt: rep.Attempts, Fence: rep.Fence}}
+			p.mu.Lock() // abandon reads the lease under mu
 			it.lease = lease{claim: &it.claim, cancel: hcancel}
+			p.mu.Unlock()
 			it.result = Result[T]{Key: it.Key, Attempt: rep.Attempts, Fence: rep.Fence}
 			p.keep.add(&it.lease, sent, rep.Lease)
 			p.runq <- it // never blocks: the window bounds what is claimed

@@ -27,7 +27,17 @@ const (
 	HeaderOriginalQueue   = "x-idemkit-original-queue"
 	HeaderOriginalExch    = "x-idemkit-original-exchange"
 	HeaderOriginalRouting = "x-idemkit-original-routing-key"
+	// HeaderKind is a dead letter's machine-readable reason: PERMANENT, CONFLICT,
+	// EXHAUSTED, UNDECODABLE, NO_KEY, ... (consumer.DeadLetterKind).
+	HeaderKind = "x-idemkit-kind"
+	// HeaderBodyLess is "true" on a dead letter whose body the broker refused for
+	// size: the copy carries the idemkit headers only.
+	HeaderBodyLess = "x-idemkit-body-less"
 )
+
+// MaxErrorHeader is the longest error text a dead-letter copy carries (a header
+// table must fit in one frame); longer texts are cut with a marker.
+const MaxErrorHeader = 4 << 10
 
 // KeyFunc returns a delivery's idempotency key; v is the decoded body (the delivery
 // itself for NewWorker).
@@ -47,10 +57,9 @@ type config struct {
 	keyHeader     string
 	keyFunc       KeyFunc
 	valueType     reflect.Type
-	declare       bool
-	perMessage    bool
-	shutdownGrace time.Duration
-	linger        time.Duration
+	declare         bool
+	shutdownGrace   time.Duration
+	consumerTimeout time.Duration
 	backoffBase   time.Duration
 	backoffMax    time.Duration
 	name          string
@@ -60,11 +69,11 @@ type config struct {
 
 func defaults() config {
 	return config{
-		prefetch:      50,
-		concurrency:   4,
-		declare:       true,
-		shutdownGrace: 10 * time.Second,
-		linger:        2 * time.Millisecond,
+		prefetch:        256,
+		concurrency:     0, // the prefetch
+		declare:         true,
+		shutdownGrace:   10 * time.Second,
+		consumerTimeout: 30 * time.Minute,
 		backoffBase:   100 * time.Millisecond,
 		backoffMax:    10 * time.Second,
 		name:          "idemkit-worker",
@@ -72,10 +81,13 @@ func defaults() config {
 }
 
 // WithPrefetch sets the channel's prefetch count: how many unacked deliveries the
-// broker sends ahead, and the largest batch. Default 50.
+// broker sends ahead, which is also the engine's in-flight window. Default 256,
+// sized for handlers that wait on I/O for milliseconds (256 / 2 ms = 128,000
+// messages/s at most).
 func WithPrefetch(n int) Opt { return optFunc(func(c *config) { c.prefetch = n }) }
 
-// WithConcurrency sets how many handlers run at once. Default 4.
+// WithConcurrency sets how many handlers run at once (at most the prefetch).
+// Default: the prefetch (256), for I/O-bound handlers; lower it for CPU-bound ones.
 func WithConcurrency(n int) Opt { return optFunc(func(c *config) { c.concurrency = n }) }
 
 // WithMaxAttempts sets after how many deliveries (the adapter's x-idemkit-attempts
@@ -111,17 +123,17 @@ func WithValueKey[V any](fn func(v V) (consumer.Key, error)) Opt {
 // Default on.
 func WithDeclare(on bool) Opt { return optFunc(func(c *config) { c.declare = on }) }
 
-// WithPerMessageCompletion completes each delivery in the store as its handler
-// returns instead of once per batch, narrowing the window in which a crash re-runs
-// finished handlers. Default off.
-func WithPerMessageCompletion(on bool) Opt { return optFunc(func(c *config) { c.perMessage = on }) }
+// WithConsumerTimeout tells the worker the broker's consumer_timeout (RabbitMQ's
+// default is 30 minutes): a delivery unacked for that long has its channel closed.
+// The worker warns at construction when the store's lease is not below it. It
+// cannot read the broker's setting over AMQP. Default 30m.
+func WithConsumerTimeout(d time.Duration) Opt {
+	return optFunc(func(c *config) { c.consumerTimeout = d })
+}
 
-// WithLinger sets how long a batch waits, after its first delivery, for more
-// deliveries (up to the prefetch count). 0 takes only what has arrived. Default 2ms.
-func WithLinger(d time.Duration) Opt { return optFunc(func(c *config) { c.linger = d }) }
-
-// WithShutdownGrace bounds how long the current batch may still run after Run's
-// context is cancelled. Default 10s.
+// WithShutdownGrace bounds how long the deliveries taken may still settle after
+// Run's context is cancelled; then running handlers see their contexts cancelled,
+// and what is not settled returns to the queue. Default 10s.
 func WithShutdownGrace(d time.Duration) Opt { return optFunc(func(c *config) { c.shutdownGrace = d }) }
 
 // WithReconnectBackoff sets the reconnection backoff: base doubling to max, with
@@ -146,7 +158,7 @@ func (c *config) validate() error {
 	switch {
 	case c.prefetch < 1:
 		return configError("WithPrefetch(%d): give at least 1", c.prefetch)
-	case c.concurrency < 1:
+	case c.concurrency < 0:
 		return configError("WithConcurrency(%d): give at least 1", c.concurrency)
 	case c.concurrency > c.prefetch:
 		return configError("WithConcurrency(%d) above WithPrefetch(%d): handlers would wait for deliveries that never come", c.concurrency, c.prefetch)
@@ -154,8 +166,8 @@ func (c *config) validate() error {
 		return configError("WithMaxAttempts(%d): give at least 1", c.maxAttempts)
 	case c.backoffBase <= 0 || c.backoffMax < c.backoffBase:
 		return configError("WithReconnectBackoff(%v, %v): give 0 < base <= max", c.backoffBase, c.backoffMax)
-	case c.shutdownGrace < 0 || c.linger < 0:
-		return configError("WithShutdownGrace(%v), WithLinger(%v): give 0 or more", c.shutdownGrace, c.linger)
+	case c.shutdownGrace < 0 || c.consumerTimeout <= 0:
+		return configError("WithShutdownGrace(%v), WithConsumerTimeout(%v): give 0 or more, and a positive timeout", c.shutdownGrace, c.consumerTimeout)
 	}
 	return nil
 }

@@ -72,7 +72,7 @@ func runWorker() error {
 	topo := idemamqp.Topology{Queue: q, DeadLetterQueue: q + ".dlq",
 		RetryDelays: []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond}}
 	w, err := idemamqp.NewTypedWorker(store, os.Getenv(envURL), topo, decodeOrder, handler,
-		idemamqp.WithPrefetch(50), idemamqp.WithPerMessageCompletion(true))
+		idemamqp.WithPrefetch(50), idemamqp.WithConcurrency(50))
 	if err != nil {
 		return err
 	}

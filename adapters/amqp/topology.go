@@ -104,7 +104,16 @@ func (t Topology) Declare(conn *amqp091.Connection) error {
 		name string
 		args amqp091.Table
 	}
-	decls := []decl{{t.Queue, t.queueArgs()}, {t.DeadLetterQueue, t.queueArgs()}}
+	work := t.queueArgs()
+	if t.Quorum {
+		// A quorum queue drops a message past its delivery limit (20 by default on
+		// RabbitMQ 4): dead-letter it instead, at least once.
+		work["x-dead-letter-exchange"] = ""
+		work["x-dead-letter-routing-key"] = t.DeadLetterQueue
+		work["x-dead-letter-strategy"] = "at-least-once"
+		work["x-overflow"] = "reject-publish"
+	}
+	decls := []decl{{t.Queue, work}, {t.DeadLetterQueue, t.queueArgs()}}
 	for _, d := range t.RetryDelays {
 		args := t.queueArgs()
 		args["x-message-ttl"] = d.Milliseconds()

@@ -8,7 +8,8 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
-	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -64,7 +65,7 @@ func NewTypedWorker[V, T any](store consumer.Store, url string, topo Topology, d
 		o.apply(&cfg)
 	}
 	switch {
-	case store == nil:
+	case store == nil || reflect.ValueOf(store).Kind() == reflect.Pointer && reflect.ValueOf(store).IsNil():
 		return nil, configError("nil store: pass consumer.NewRedisStore(...)")
 	case url == "":
 		return nil, configError("empty broker URL: give amqp://user:pass@host:5672/")
@@ -84,6 +85,9 @@ func NewTypedWorker[V, T any](store consumer.Store, url string, topo Topology, d
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	if cfg.concurrency == 0 {
+		cfg.concurrency = cfg.prefetch
+	}
 	s := store.Settings()
 	w := &Worker[V, T]{url: url, store: store, topo: topo.withDefaults(), decode: decode, handle: handler, cfg: cfg,
 		log: cfg.logger, maxAttempts: cfg.maxAttempts}
@@ -92,6 +96,13 @@ func NewTypedWorker[V, T any](store consumer.Store, url string, topo Topology, d
 	}
 	if w.maxAttempts == 0 {
 		w.maxAttempts = s.MaxAttempts
+	}
+	if s.Lease >= cfg.consumerTimeout {
+		w.log.Warn("amqp: the store's lease is not below the broker's consumer_timeout: a handler that runs that long has its channel closed by the broker and its delivery requeued while its claim still holds; raise consumer_timeout on the broker (and tell WithConsumerTimeout) or shorten the lease",
+			"lease", s.Lease, "consumer_timeout", cfg.consumerTimeout)
+	}
+	if !topo.Quorum {
+		w.log.Info("amqp: classic queues: a message dead-lettered from a retry queue back to the work queue can be lost if the broker fails between the two (classic dead-lettering is at most once); quorum queues (Topology.Quorum) dead-letter at least once")
 	}
 	return w, nil
 }
@@ -175,7 +186,12 @@ func (w *Worker[V, T]) session(ctx, work context.Context) error {
 	if err != nil {
 		return fmt.Errorf("amqp: consume %q: %w", w.topo.Queue, err)
 	}
-	p := &publisher{ch: pub, returns: returns}
+	p := &publisher{conn: conn, ch: pub, returns: returns, closed: pub.NotifyClose(make(chan *amqp091.Error, 1))}
+	f, err := w.newFlow(work, sub, p)
+	if err != nil {
+		return err
+	}
+	defer f.stop(ctx, work)
 	for {
 		d, ok := <-deliveries
 		if !ok {
@@ -183,41 +199,18 @@ func (w *Worker[V, T]) session(ctx, work context.Context) error {
 				return nil
 			}
 			select {
+			case err := <-f.fail:
+				return err
 			case cerr := <-closed:
 				return fmt.Errorf("amqp: connection closed: %v", cerr)
 			default:
 				return errors.New("amqp: consumer channel closed")
 			}
 		}
-		batch := w.collect(d, deliveries)
-		if err := w.process(work, p, batch); err != nil {
+		if err := f.take(work, d); err != nil {
 			return err
 		}
 	}
-}
-
-// collect gathers a batch after its first delivery: whatever follows within the
-// linger, up to the prefetch count. Deliveries reach the client one frame at a
-// time, so waiting a moment turns many one-message batches into one.
-func (w *Worker[V, T]) collect(first amqp091.Delivery, deliveries <-chan amqp091.Delivery) []amqp091.Delivery {
-	batch := []amqp091.Delivery{first}
-	if w.cfg.linger <= 0 {
-		return batch
-	}
-	t := time.NewTimer(w.cfg.linger)
-	defer t.Stop()
-	for len(batch) < w.cfg.prefetch {
-		select {
-		case d, ok := <-deliveries:
-			if !ok {
-				return batch
-			}
-			batch = append(batch, d)
-		case <-t.C:
-			return batch
-		}
-	}
-	return batch
 }
 
 // prepare decodes d and finds its key.
@@ -245,132 +238,6 @@ func (w *Worker[V, T]) prepare(d amqp091.Delivery) (V, consumer.Key, error) {
 	return v, key, nil
 }
 
-// process runs one batch and settles every delivery of it: republishes first (each
-// confirmed), then the acks, as one multiple-ack when every delivery of the batch
-// is acked. An error ends the session (a republish or an ack failed); unsettled
-// deliveries return to the queue.
-func (w *Worker[V, T]) process(ctx context.Context, p *publisher, batch []amqp091.Delivery) error {
-	requeue := make([]bool, len(batch))
-	if err := w.run(ctx, p, batch, requeue); err != nil {
-		return err
-	}
-	if !slices.Contains(requeue, true) {
-		return batch[len(batch)-1].Ack(true) // tags of one channel rise: this acks the whole batch
-	}
-	for i, d := range batch {
-		var err error
-		if requeue[i] {
-			err = d.Nack(false, true)
-		} else {
-			err = d.Ack(false)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// run executes a batch and republishes what must be retried or dead-lettered;
-// requeue marks the deliveries to give back to the queue.
-func (w *Worker[V, T]) run(ctx context.Context, p *publisher, batch []amqp091.Delivery, requeue []bool) error {
-	items := make([]consumer.BatchItem, 0, len(batch))
-	vals := make([]V, 0, len(batch))
-	idx := make([]int, 0, len(batch))
-	for i, d := range batch {
-		v, key, err := w.prepare(d)
-		if err != nil {
-			outcome := "UNDECODABLE"
-			if errors.Is(err, ErrNoKey) {
-				outcome = "NO_KEY"
-			}
-			if err := w.deadLetter(ctx, p, d, key, attemptsOf(d)+1, outcome, err.Error()); err != nil {
-				return err
-			}
-			continue
-		}
-		items = append(items, consumer.BatchItem{Key: key, Payload: d.Body})
-		vals = append(vals, v)
-		idx = append(idx, i)
-	}
-	if len(items) == 0 {
-		return nil
-	}
-	res := consumer.ExecuteBatch(ctx, w.store, items,
-		func(hctx context.Context, k int, _ consumer.BatchItem) (T, error) {
-			return w.handle(hctx, vals[k], batch[idx[k]])
-		},
-		consumer.WithConcurrency(min(w.cfg.concurrency, len(items))), consumer.WithPerMessageCompletion(w.cfg.perMessage))
-	for k, r := range res {
-		back, err := w.settle(ctx, p, batch[idx[k]], items[k].Key, r)
-		if err != nil {
-			return err
-		}
-		requeue[idx[k]] = back
-	}
-	return nil
-}
-
-// settle decides one delivery, as consumer.ActionFor says: to be acked (after its
-// retry or dead-letter copy is confirmed), or given back to the queue (requeue).
-func (w *Worker[V, T]) settle(ctx context.Context, p *publisher, d amqp091.Delivery, key consumer.Key, r consumer.Result[T]) (requeue bool, err error) {
-	attempts := attemptsOf(d) + 1 // this delivery was attempt n
-	switch r.Action() {
-	case consumer.Settle:
-		w.outcome(d, r.Outcome)
-		return false, nil
-	case consumer.DeadLetter:
-		return false, w.deadLetter(ctx, p, d, key, attempts, r.Outcome.String(), errText(r.Err))
-	}
-	if errors.Is(r.Err, consumer.ErrNotRun) { // shutting down: its claim was released
-		return true, nil
-	}
-	if attempts >= w.maxAttempts {
-		return false, w.deadLetter(ctx, p, d, key, attempts, r.Outcome.String(),
-			fmt.Sprintf("still not done after %d deliveries: %s", attempts, errText(r.Err)))
-	}
-	var wait time.Duration
-	if r.Outcome == consumer.InProgress {
-		wait = r.LeaseLeft
-	}
-	queue := w.topo.RetryQueue(w.topo.retryDelay(attempts, wait))
-	extra := amqp091.Table{HeaderAttempts: int32(attempts)}
-	if _, ok := d.Headers[HeaderOriginalRouting]; !ok {
-		extra[HeaderOriginalExch], extra[HeaderOriginalRouting] = d.Exchange, d.RoutingKey
-	}
-	if err := p.publish(ctx, queue, d, extra); err != nil {
-		return false, err
-	}
-	w.each(func(h Hook) {
-		if h, ok := h.(RetryHook); ok {
-			h.OnRetry(d, attempts, queue, r.Err)
-		}
-	})
-	w.outcome(d, r.Outcome)
-	return false, nil
-}
-
-func (w *Worker[V, T]) deadLetter(ctx context.Context, p *publisher, d amqp091.Delivery, key consumer.Key,
-	attempts int, outcome, reason string) error {
-	extra := amqp091.Table{
-		HeaderAttempts: int32(attempts), HeaderReason: reason, HeaderOutcome: outcome, HeaderKey: string(key),
-		HeaderOriginalQueue: w.topo.Queue,
-	}
-	if _, ok := d.Headers[HeaderOriginalRouting]; !ok {
-		extra[HeaderOriginalExch], extra[HeaderOriginalRouting] = d.Exchange, d.RoutingKey
-	}
-	if err := p.publish(ctx, w.topo.DeadLetterQueue, d, extra); err != nil {
-		return err
-	}
-	w.log.Warn("amqp: delivery dead-lettered", "queue", w.topo.Queue, "key", string(key), "outcome", outcome, "reason", reason)
-	w.each(func(h Hook) {
-		if h, ok := h.(DeadLetterHook); ok {
-			h.OnDeadLetter(d, reason)
-		}
-	})
-	return nil
-}
-
 func (w *Worker[V, T]) outcome(d amqp091.Delivery, o consumer.Outcome) {
 	w.each(func(h Hook) {
 		if h, ok := h.(OutcomeHook); ok {
@@ -381,13 +248,20 @@ func (w *Worker[V, T]) outcome(d amqp091.Delivery, o consumer.Outcome) {
 
 // publisher republishes on a channel in confirm mode, one message at a time.
 type publisher struct {
+	mu      sync.Mutex
+	conn    *amqp091.Connection
 	ch      *amqp091.Channel
 	returns chan amqp091.Return
+	closed  chan *amqp091.Error
 }
 
 // publish copies d to queue (through the default exchange) with extra headers and
-// waits for the broker's confirm; an unroutable message is an error.
-func (p *publisher) publish(ctx context.Context, queue string, d amqp091.Delivery, extra amqp091.Table) error {
+// waits for the broker's confirm; an unroutable message is an error. With
+// bodyLessOK, a copy the broker refuses for its size is replaced by one without
+// the body and the message's own headers (bodyLess reports it).
+func (p *publisher) publish(ctx context.Context, queue string, d amqp091.Delivery, extra amqp091.Table, bodyLessOK bool) (bodyLess bool, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	headers := amqp091.Table{}
 	for k, v := range d.Headers {
 		headers[k] = v
@@ -395,21 +269,47 @@ func (p *publisher) publish(ctx context.Context, queue string, d amqp091.Deliver
 	for k, v := range extra {
 		headers[k] = v
 	}
-	conf, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, "", queue, true, false, amqp091.Publishing{
+	msg := amqp091.Publishing{
 		Headers: headers, ContentType: d.ContentType, ContentEncoding: d.ContentEncoding,
 		DeliveryMode: amqp091.Persistent, Priority: d.Priority, CorrelationId: d.CorrelationId, ReplyTo: d.ReplyTo,
 		MessageId: d.MessageId, Timestamp: d.Timestamp, Type: d.Type, AppId: d.AppId, Body: d.Body,
-	})
+	}
+	err = p.send(ctx, queue, msg)
+	if err == nil || !bodyLessOK || !tooLarge(err) {
+		return false, err
+	}
+	// The broker closed the channel over the size: a new one, and the copy
+	// without its body.
+	if err := p.reopen(); err != nil {
+		return false, err
+	}
+	msg.Body, msg.Headers = nil, amqp091.Table{HeaderBodyLess: "true"}
+	for k, v := range extra {
+		msg.Headers[k] = v
+	}
+	return true, p.send(ctx, queue, msg)
+}
+
+func (p *publisher) send(ctx context.Context, queue string, msg amqp091.Publishing) error {
+	conf, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, "", queue, true, false, msg)
 	if err != nil {
 		return fmt.Errorf("amqp: republish to %q: %w", queue, err)
 	}
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	acked, err := conf.WaitContext(wctx)
-	switch {
-	case err != nil:
-		return fmt.Errorf("amqp: republish to %q: no confirm: %w", queue, err)
-	case !acked:
+	var acked bool
+	select {
+	case <-conf.Done():
+		acked = conf.Acked()
+	case cerr := <-p.closed:
+		if cerr != nil {
+			return fmt.Errorf("amqp: republish to %q: %w", queue, cerr)
+		}
+		return fmt.Errorf("amqp: republish to %q: the channel closed", queue)
+	case <-wctx.Done():
+		return fmt.Errorf("amqp: republish to %q: no confirm: %w", queue, wctx.Err())
+	}
+	if !acked {
 		return fmt.Errorf("amqp: republish to %q: the broker refused it (nack)", queue)
 	}
 	select {
@@ -418,6 +318,25 @@ func (p *publisher) publish(ctx context.Context, queue string, d amqp091.Deliver
 	default:
 		return nil
 	}
+}
+
+func (p *publisher) reopen() error {
+	ch, err := p.conn.Channel()
+	if err != nil {
+		return fmt.Errorf("amqp: reopen the publishing channel: %w", err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		return fmt.Errorf("amqp: publisher confirms: %w", err)
+	}
+	p.ch, p.returns, p.closed = ch, ch.NotifyReturn(make(chan amqp091.Return, 1)), ch.NotifyClose(make(chan *amqp091.Error, 1))
+	return nil
+}
+
+// tooLarge reports whether the broker refused a message for its size (RabbitMQ
+// closes the channel with PRECONDITION_FAILED naming the size limit).
+func tooLarge(err error) bool {
+	var aerr *amqp091.Error
+	return errors.As(err, &aerr) && aerr.Code == amqp091.PreconditionFailed && strings.Contains(strings.ToLower(aerr.Reason), "size")
 }
 
 // attemptsOf reads the adapter's attempt header (0 when absent).

@@ -1,0 +1,258 @@
+package amqp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/internal/engine"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+)
+
+// flow runs one session's deliveries through the shared execution engine: each
+// delivery is submitted as it arrives, settled as its handler finishes, and acked
+// as soon as it is settled (one multiple-ack for a run of settled tags).
+type flow[V, T any] struct {
+	w    *Worker[V, T]
+	sub  *amqp091.Channel
+	pub  *publisher
+	pipe *consumer.Pipeline[T]
+	acks chan uint64 // settled delivery tags, for the acker
+	done chan struct{}
+	tags engine.Tracker
+	fail chan error // an ack or a republish failed: the session ends
+}
+
+func (w *Worker[V, T]) newFlow(ctx context.Context, sub *amqp091.Channel, p *publisher) (*flow[V, T], error) {
+	pipe, err := consumer.NewPipeline[T](ctx, w.store, consumer.WithWindow(w.cfg.prefetch),
+		consumer.WithHandlers(w.cfg.concurrency), consumer.WithSource("amqp"))
+	if err != nil {
+		return nil, err
+	}
+	f := &flow[V, T]{w: w, sub: sub, pub: p, pipe: pipe, acks: make(chan uint64, w.cfg.prefetch),
+		done: make(chan struct{}), fail: make(chan error, 1)}
+	go f.acker()
+	return f, nil
+}
+
+// stop lets what was taken settle (until work ends: the shutdown grace) and stops
+// the engine; deliveries not settled return to the queue with the channel.
+func (f *flow[V, T]) stop(ctx, work context.Context) {
+	sctx, cancel := context.WithCancel(work)
+	if ctx.Err() == nil { // the session failed: the channel is gone, nothing can be acked
+		cancel()
+	}
+	_ = f.pipe.Shutdown(sctx)
+	cancel()
+	close(f.acks)
+	<-f.done
+}
+
+// take hands one delivery to the engine.
+func (f *flow[V, T]) take(ctx context.Context, d amqp091.Delivery) error {
+	select {
+	case err := <-f.fail:
+		return err
+	default:
+	}
+	if err := f.tags.Add(int64(d.DeliveryTag)); err != nil {
+		return fmt.Errorf("amqp: delivery tags out of order: %w", err)
+	}
+	v, key, err := f.w.prepare(d)
+	if err != nil {
+		kind := "UNDECODABLE"
+		if errors.Is(err, ErrNoKey) {
+			kind = "NO_KEY"
+		}
+		go f.deadLetter(ctx, d, key, attemptsOf(d)+1, kind, consumer.Error, err)
+		return nil
+	}
+	item := consumer.PipelineItem[T]{Key: key, Payload: d.Body,
+		Run:  func(hctx context.Context) (T, error) { return f.w.handle(hctx, v, d) },
+		Done: func(r consumer.Result[T]) { f.settled(ctx, d, key, r) },
+	}
+	return f.pipe.Submit(consumer.ContextWithCarrier(ctx, table(d.Headers)), item)
+}
+
+// settled maps a result to its action (consumer.ActionFor). It runs on the
+// engine's goroutines: republishing, which waits for a confirm, has its own.
+func (f *flow[V, T]) settled(ctx context.Context, d amqp091.Delivery, key consumer.Key, r consumer.Result[T]) {
+	w := f.w
+	var pe *consumer.PanicError
+	if errors.As(r.Err, &pe) {
+		w.log.Error("amqp: handler panicked", "queue", w.topo.Queue, "key", string(key),
+			"panic", fmt.Sprint(pe.Value), "stack", string(pe.Stack))
+	}
+	if errors.Is(r.Err, consumer.ErrNotRun) && errors.Is(r.Err, consumer.ErrPipelineStopped) {
+		return // shutting down: its claim was released; the broker redelivers it
+	}
+	attempts := attemptsOf(d)
+	switch r.Action() {
+	case consumer.Settle:
+		w.outcome(d, r.Outcome)
+		f.ack(d)
+		return
+	case consumer.DeadLetter:
+		go f.deadLetter(ctx, d, key, attempts+1, consumer.DeadLetterKind(r.Err), r.Outcome, r.Err)
+		return
+	}
+	// Retry later through a delayed-retry queue. Another owner's live claim, a
+	// store outage or a handler that never ran is not an attempt: the delivery
+	// cycles through the longest delay (or the shortest not under the lease left)
+	// with its attempts unchanged. A handler failure is one.
+	counted := r.Outcome != consumer.InProgress && !errors.Is(r.Err, consumer.ErrStoreUnavailable) &&
+		!errors.Is(r.Err, consumer.ErrNotRun) && !errors.Is(r.Err, consumer.ErrAbandoned)
+	delays := w.topo.RetryDelays
+	delay := delays[len(delays)-1]
+	switch {
+	case r.Outcome == consumer.InProgress:
+		delay = w.topo.retryDelay(len(delays), r.LeaseLeft)
+	case counted:
+		attempts++
+		if attempts >= w.maxAttempts {
+			go f.deadLetter(ctx, d, key, attempts, consumer.DeadLetterKind(consumer.ErrAttemptsExhausted), r.Outcome,
+				fmt.Errorf("still failing after %d deliveries: %w", attempts, r.Err))
+			return
+		}
+		delay = w.topo.retryDelay(attempts, 0)
+	}
+	go f.retry(ctx, d, attempts, delay, r)
+}
+
+func (f *flow[V, T]) retry(ctx context.Context, d amqp091.Delivery, attempts int, delay time.Duration, r consumer.Result[T]) {
+	w := f.w
+	queue := w.topo.RetryQueue(delay)
+	extra := amqp091.Table{HeaderAttempts: int32(attempts)}
+	if _, ok := d.Headers[HeaderOriginalRouting]; !ok {
+		extra[HeaderOriginalExch], extra[HeaderOriginalRouting] = d.Exchange, d.RoutingKey
+	}
+	if _, err := f.pub.publish(ctx, queue, d, extra, false); err != nil {
+		f.failed(err)
+		return
+	}
+	w.each(func(h Hook) {
+		if h, ok := h.(RetryHook); ok {
+			h.OnRetry(d, attempts, queue, r.Err)
+		}
+	})
+	consumer.Observe(w.store.Settings(), func(h consumer.RetryHook) {
+		h.OnRetry(consumer.RetryEvent{Source: "amqp", Scope: w.store.Settings().Scope, Key: consumer.Key(d.MessageId),
+			Attempt: attempts, Delay: delay, Kind: consumer.ErrorKind(r.Err), Err: r.Err})
+	})
+	w.outcome(d, r.Outcome)
+	f.ack(d)
+}
+
+// deadLetter publishes d's copy to the dead-letter queue, confirmed, then acks d.
+func (f *flow[V, T]) deadLetter(ctx context.Context, d amqp091.Delivery, key consumer.Key, attempts int, kind string,
+	o consumer.Outcome, reason error) {
+	w := f.w
+	text := "unknown"
+	if reason != nil {
+		text = consumer.CapText(reason.Error(), MaxErrorHeader)
+	}
+	extra := amqp091.Table{
+		HeaderAttempts: int32(attempts), HeaderReason: text, HeaderOutcome: o.String(), HeaderKind: kind,
+		HeaderKey: string(key), HeaderOriginalQueue: w.topo.Queue,
+	}
+	if _, ok := d.Headers[HeaderOriginalRouting]; !ok {
+		extra[HeaderOriginalExch], extra[HeaderOriginalRouting] = d.Exchange, d.RoutingKey
+	}
+	bodyLess, err := f.pub.publish(ctx, w.topo.DeadLetterQueue, d, extra, true)
+	if err != nil {
+		f.failed(err)
+		return
+	}
+	w.log.Warn("amqp: delivery dead-lettered", "queue", w.topo.Queue, "key", string(key), "kind", kind,
+		"body_less", bodyLess, "reason", consumer.CapText(text, 256))
+	w.each(func(h Hook) {
+		if h, ok := h.(DeadLetterHook); ok {
+			h.OnDeadLetter(d, text)
+		}
+	})
+	consumer.Observe(w.store.Settings(), func(h consumer.DeadLetterHook) {
+		h.OnDeadLetter(consumer.DeadLetterEvent{Source: "amqp", Scope: w.store.Settings().Scope, Key: key, Kind: kind,
+			Destination: w.topo.DeadLetterQueue, BodyLess: bodyLess})
+	})
+	w.outcome(d, o)
+	f.ack(d)
+}
+
+func (f *flow[V, T]) failed(err error) {
+	select {
+	case f.fail <- err:
+	default:
+	}
+	_ = f.sub.Close() // the session ends; what was not acked returns to the queue
+}
+
+// ack hands a settled delivery's tag to the acker.
+func (f *flow[V, T]) ack(d amqp091.Delivery) {
+	defer func() { _ = recover() }() // the session ended: the acker is gone, the broker redelivers
+	f.acks <- d.DeliveryTag
+}
+
+// acker acks settled tags: whatever is waiting is taken at once; the tags that
+// extend the contiguous settled prefix are acked with one multiple-ack of the
+// highest of them (every tag below it is settled), the others one by one.
+func (f *flow[V, T]) acker() {
+	defer close(f.done)
+	s := f.w.store.Settings()
+	for tag := range f.acks {
+		batch := []uint64{tag}
+		for more := true; more; {
+			select {
+			case t, ok := <-f.acks:
+				if !ok {
+					more = false
+					break
+				}
+				batch = append(batch, t)
+			default:
+				more = false
+			}
+		}
+		var through int64
+		for _, t := range batch {
+			through, _ = f.tags.Settle(int64(t))
+		}
+		var top uint64
+		var err error
+		for _, t := range batch {
+			switch {
+			case int64(t) <= through:
+				top = max(top, t)
+			case err == nil:
+				err = f.sub.Ack(t, false)
+			}
+		}
+		if top > 0 && err == nil {
+			err = f.sub.Ack(top, true)
+		}
+		if err != nil {
+			f.failed(fmt.Errorf("amqp: ack: %w", err))
+			continue
+		}
+		consumer.Observe(s, func(h consumer.AckHook) {
+			h.OnAck(consumer.AckEvent{Source: "amqp", Scope: s.Scope, Queue: f.w.topo.Queue, Messages: len(batch)})
+		})
+	}
+}
+
+// table reads AMQP headers as a consumer.Carrier (string values only).
+type table amqp091.Table
+
+func (t table) Get(key string) string {
+	s, _ := t[key].(string)
+	return s
+}
+
+func (t table) Keys() []string {
+	out := make([]string, 0, len(t))
+	for k := range t {
+		out = append(out, k)
+	}
+	return out
+}
