@@ -51,20 +51,20 @@ type optFunc func(*config)
 func (f optFunc) apply(c *config) { f(c) }
 
 type config struct {
-	prefetch      int
-	concurrency   int
-	maxAttempts   int
-	keyHeader     string
-	keyFunc       KeyFunc
-	valueType     reflect.Type
+	prefetch        int
+	concurrency     int
+	maxAttempts     int
+	keyHeader       string
+	keyFunc         KeyFunc
+	valueType       reflect.Type
 	declare         bool
 	shutdownGrace   time.Duration
 	consumerTimeout time.Duration
-	backoffBase   time.Duration
-	backoffMax    time.Duration
-	name          string
-	hooks         []Hook
-	logger        *slog.Logger
+	backoffBase     time.Duration
+	backoffMax      time.Duration
+	name            string
+	hooks           []Hook
+	logger          *slog.Logger
 }
 
 func defaults() config {
@@ -74,9 +74,9 @@ func defaults() config {
 		declare:         true,
 		shutdownGrace:   10 * time.Second,
 		consumerTimeout: 30 * time.Minute,
-		backoffBase:   100 * time.Millisecond,
-		backoffMax:    10 * time.Second,
-		name:          "idemkit-worker",
+		backoffBase:     100 * time.Millisecond,
+		backoffMax:      10 * time.Second,
+		name:            "idemkit-worker",
 	}
 }
 
