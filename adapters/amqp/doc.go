@@ -1,35 +1,59 @@
 // Package amqp runs RabbitMQ workers (amqp091-go) whose handler has exactly-once
 // side effects per idempotency key, across redeliveries, duplicate publishes, worker
-// crashes and connection loss.
+// crashes, store outages and connection loss.
 //
 // # Topology
 //
 // Topology.Declare declares, idempotently, the work queue, one delayed-retry queue
 // per retry delay (each with a message TTL that dead-letters back to the work queue
 // through the default exchange) and a dead-letter queue. Queues are classic unless
-// Topology.Quorum is set; quorum retry queues dead-letter at least once. A queue
-// that exists with other arguments gives a *TopologyConflictError naming the
-// argument. Tiered retry queues are used instead of per-message expiration because
-// a queue expires only its head: one long delay would hold back shorter ones.
+// Topology.Quorum is set. Quorum is recommended: quorum queues dead-letter at least
+// once, and the quorum work queue dead-letters to the dead-letter queue a message
+// past the broker's delivery limit (20 by default on RabbitMQ 4) instead of
+// dropping it. Classic queues dead-letter at most once: a message moving from a
+// retry queue back to the work queue is lost if the broker fails between the two
+// (the worker logs this at start). A queue that exists with other arguments gives a
+// *TopologyConflictError naming the argument. Tiered retry queues are used instead
+// of per-message expiration because a queue expires only its head: one long delay
+// would hold back shorter ones.
 //
-// # What happens to a delivery
+// # The flow
 //
-// The worker takes what the broker has delivered (up to the prefetch count) as one
-// batch through consumer.ExecuteBatch, with up to WithConcurrency handlers at once,
-// and then, per delivery, through consumer.ActionFor:
+// Deliveries are not processed batch by batch. Each delivery joins the shared
+// execution engine (consumer.Pipeline) as it arrives, under the prefetch window
+// (WithPrefetch, default 256): claims and completions are batched from whatever is
+// ready, a handler starts as soon as its claim returns (WithConcurrency handlers at
+// once, default the prefetch), and each delivery is acked as soon as it is settled:
+// one multiple-ack for the settled tags that extend the contiguous settled prefix,
+// the others one by one, so a slow delivery never holds back the acks of others.
+// consumer.ActionFor decides:
 //
 //   - SUCCESS, DUPLICATE: ack. (A DUPLICATE of a key that failed for good is
 //     dead-lettered again: its first copy may never have been confirmed.)
-//   - retryable ERROR, IN_PROGRESS: published to a delayed-retry queue with the
+//   - a handler's retryable ERROR: published to a delayed-retry queue with the
 //     adapter's attempt header (x-idemkit-attempts; x-death belongs to the broker)
-//     raised by one, then acked. Never an immediate requeue.
-//   - permanent ERROR, CONFLICT, EXHAUSTED, an undecodable body, no key, or
-//     WithMaxAttempts deliveries reached: published to the dead-letter queue with
-//     headers giving the reason, the attempts and the original routing, then acked.
+//     raised by one, then acked; after WithMaxAttempts deliveries, dead-lettered
+//     (kind EXHAUSTED). Never an immediate requeue.
+//   - IN_PROGRESS, a store outage, a handler that never ran: not an attempt. The
+//     delivery cycles through the longest retry delay (IN_PROGRESS: the shortest not
+//     under the other owner's lease) with its attempt count unchanged, for as long as
+//     it takes: an outage dead-letters nothing.
+//   - permanent ERROR, CONFLICT, EXHAUSTED, an undecodable body, no key: published
+//     to the dead-letter queue, then acked. The copy carries the message and
+//     x-idemkit-key, -attempts, -outcome, -kind (PERMANENT, CONFLICT, EXHAUSTED,
+//     UNDECODABLE, NO_KEY, ...), -reason (the error cut to MaxErrorHeader, 4 KiB: a
+//     header table must fit in one frame) and the original queue and routing. A copy
+//     the broker refuses for its size goes without its body (x-idemkit-body-less).
 //
 // Every republish waits for the broker's publisher confirm before the original is
-// acked. If a republish fails, the session ends: the unacked deliveries return to
-// the queue and the worker reconnects with backoff.
+// acked. If a republish or an ack fails, the session ends: the unacked deliveries
+// return to the queue and the worker reconnects with backoff. Handler panics are
+// recovered, logged with their stack and retried as failures.
+//
+// A running handler's claim is renewed while it runs, but the broker closes a
+// channel whose delivery stays unacked past its consumer_timeout (30 minutes by
+// default): the worker warns at start when the store's lease is not below
+// WithConsumerTimeout.
 //
 // # Keys
 //
@@ -41,11 +65,10 @@
 //
 // When the connection or a channel closes, the worker reconnects with exponential
 // backoff and full jitter, declares its consumer again, and never acks a delivery
-// tag of the dead channel (acks go through the delivery's own channel, which
-// refuses them). The deliveries that were unacked return to the queue; their keys
-// come back as DUPLICATE (done) or IN_PROGRESS (still running elsewhere).
-//
-// When Run's context is cancelled the worker cancels its consumer, lets the current
-// batch finish for up to WithShutdownGrace, returns the deliveries it did not start
-// to the queue (nack with requeue; their claims are released), and closes.
+// tag of the dead channel. The deliveries that were unacked return to the queue;
+// their keys come back as DUPLICATE (done) or IN_PROGRESS (still running
+// elsewhere). When Run's context is cancelled the worker cancels its consumer, lets
+// what it took settle for up to WithShutdownGrace, then cancels the handlers still
+// running, releases their claims, and closes: what was not acked returns to the
+// queue.
 package amqp
