@@ -1,13 +1,19 @@
-// Command amqp measures the RabbitMQ adapter against a raw manual-ack consumer in
-// one run on one broker (make bench-amqp): the same number of messages published to
-// a fresh queue for each path, prefetch 200, a no-op handler.
+// Command amqp measures the RabbitMQ worker in one run on one broker and one
+// private redis-server (make bench-amqp), three repetitions of interleaved lanes,
+// each on a fresh queue holding the same number of messages:
 //
-//   - raw: amqp091-go consumer, ack per delivery;
-//   - adapter: amqp.NewWorker over a Redis store, every delivery through the
-//     idempotent batch path.
+//   - raw, ack each: an amqp091-go manual-ack consumer acking every delivery;
+//   - raw, multiple-ack: the same acking once per run of deliveries received;
+//   - worker, no-op handler;
+//   - hand-rolled: a consumer doing SET NX PX, the handler and SET per message, then
+//     the ack (what users write without idemkit);
+//   - worker, 2 ms handler (a database write), prefetch and concurrency 256;
+//   - stall: the same with one message's handler blocked for 5 s: the time until
+//     every other message settled, against the 2 ms lane's.
 //
-// The broker is IDEMKIT_AMQP_URL or amqp://guest:guest@127.0.0.1:5672/; Redis a
-// private redis-server unless IDEMKIT_REDIS_ADDR names one.
+// CPU per message from /proc: this process, redis-server (server us/msg) and, when
+// the broker runs on this machine, beam.smp. The broker is IDEMKIT_AMQP_URL or
+// amqp://guest:guest@127.0.0.1:5672/.
 package main
 
 import (
@@ -15,12 +21,15 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	idemamqp "github.com/idemkit/idemkit/adapters/amqp"
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/internal/benchkit"
 	"github.com/idemkit/idemkit/internal/testenv"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
@@ -31,75 +40,129 @@ type settled struct{ n atomic.Int64 }
 func (s *settled) OnOutcome(amqp091.Delivery, consumer.Outcome) { s.n.Add(1) }
 
 func main() {
-	n := flag.Int("n", 50000, "messages per path and round")
-	prefetch := flag.Int("prefetch", 200, "prefetch count")
-	rounds := flag.Int("rounds", 2, "interleaved rounds")
+	n := flag.Int("n", 20000, "messages per lane")
+	reps := flag.Int("reps", 3, "repetitions")
+	stall := flag.Duration("stall", 5*time.Second, "how long the stalled message's handler blocks")
 	flag.Parse()
-	if err := run(*n, *prefetch, *rounds); err != nil {
+	if err := run(*n, *reps, *stall); err != nil {
 		fmt.Fprintln(os.Stderr, "bench-amqp:", err)
 		os.Exit(1)
 	}
 }
 
-func run(n, prefetch, rounds int) error {
-	url := os.Getenv("IDEMKIT_AMQP_URL")
-	if url == "" {
-		url = testenv.LocalAMQPURL
+type bench struct {
+	url    string
+	conn   *amqp091.Connection
+	rdb    *redis.Client
+	env    benchkit.Env
+	broker int // beam.smp's pid, -1 when not found
+	n      int
+	seq    int
+}
+
+func run(n, reps int, stall time.Duration) error {
+	b := &bench{url: os.Getenv("IDEMKIT_AMQP_URL"), n: n, broker: brokerPid()}
+	if b.url == "" {
+		b.url = testenv.LocalAMQPURL
 	}
-	conn, err := amqp091.Dial(url)
-	if err != nil {
-		return fmt.Errorf("no RabbitMQ at %s: %w", url, err)
+	var err error
+	if b.conn, err = amqp091.Dial(b.url); err != nil {
+		return fmt.Errorf("no RabbitMQ at %s: %w", b.url, err)
 	}
-	defer conn.Close()
+	defer b.conn.Close()
 	addr, _, stop, err := testenv.RedisForTool()
 	if err != nil {
 		return err
 	}
 	defer stop()
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
-	defer rdb.Close()
+	calls := &testenv.CommandCounter{}
+	b.rdb = redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, PoolSize: 64})
+	defer b.rdb.Close()
+	b.rdb.AddHook(calls)
+	_, pid := benchkit.RedisInfo(context.Background(), b.rdb)
+	b.env = benchkit.Env{ServerPid: pid, Calls: calls}
 
-	var rawTime, adTime time.Duration
-	for r := 0; r < rounds; r++ {
-		stamp := strconv.FormatInt(time.Now().UnixNano(), 36)
-		rawTopo := idemamqp.Topology{Queue: "idemkit-bench-raw-" + stamp}
-		adTopo := idemamqp.Topology{Queue: "idemkit-bench-adapter-" + stamp}
-		for _, topo := range []idemamqp.Topology{rawTopo, adTopo} {
-			if err := topo.Declare(conn); err != nil {
+	fmt.Printf("idemkit RabbitMQ bench: %d messages per lane, private redis-server, %d repetitions\n", n, reps)
+	for r := 1; r <= reps; r++ {
+		var lanes []*benchkit.Lane
+		brokerCPU := map[*benchkit.Lane]time.Duration{}
+		var stallOthers time.Duration
+		steps := []struct {
+			name string
+			fn   func(queue string) error
+		}{
+			{"raw, ack each", func(q string) error { return b.raw(q, 256, false) }},
+			{"raw, multiple-ack", func(q string) error { return b.raw(q, 256, true) }},
+			{"worker, no-op handler", func(q string) error { return b.worker(q, 0, "", 0) }},
+			{"hand-rolled SET NX PX + SET", func(q string) error { return b.handRolled(q) }},
+			{"worker, 2 ms handler, prefetch 256", func(q string) error { return b.worker(q, 2*time.Millisecond, "", 0) }},
+			{"worker, 2 ms, one message stalls", func(q string) error {
+				d, err := b.workerUntil(q, 2*time.Millisecond, "m-"+strconv.Itoa(n/3), stall, int64(n-1))
+				stallOthers = d
+				return err
+			}},
+		}
+		for _, s := range steps {
+			q, err := b.queue()
+			if err != nil {
 				return err
 			}
-			defer func() { _ = topo.Delete(conn) }()
-			if err := publish(conn, topo.Queue, n); err != nil {
+			l := &benchkit.Lane{Name: s.name}
+			c0 := benchkit.CPUTime(b.broker)
+			err = b.env.Measure(l, n, func() error { return s.fn(q.Queue) })
+			brokerCPU[l] = benchkit.CPUTime(b.broker) - c0
+			_ = q.Delete(b.conn)
+			if err != nil {
 				return err
 			}
+			lanes = append(lanes, l)
 		}
-		d, err := raw(url, rawTopo.Queue, n, prefetch)
-		if err != nil {
-			return err
+		ref, multi, noop, hand, slow := lanes[0], lanes[1], lanes[2], lanes[3], lanes[4]
+		fmt.Printf("\nrepetition %d\n", r)
+		benchkit.Table(os.Stdout, ref, lanes...)
+		fmt.Printf("%-40s", "broker (beam.smp) CPU us/msg:")
+		for _, l := range lanes {
+			fmt.Printf(" %.1f", l.PerMsg(brokerCPU[l]))
 		}
-		rawTime += d
-		d, err = adapter(url, rdb, adTopo, n, prefetch, stamp)
-		if err != nil {
-			return err
-		}
-		adTime += d
+		fmt.Println()
+		want := min(15000, 0.8*min(256/0.002, noop.Rate()))
+		fmt.Printf("\n  2 ms handler >= %.0f msgs/s (15,000, or 0.8 of prefetch/2 ms or of no-op):  %.0f  %s\n",
+			want, slow.Rate(), benchkit.Verdict(slow.Rate() >= want))
+		fmt.Printf("  no-op worker >= 0.75x the raw multiple-ack consumer:      %.2fx  %s\n",
+			noop.Rate()/multi.Rate(), benchkit.Verdict(noop.Rate() >= 0.75*multi.Rate()))
+		fmt.Printf("  hand-rolled lane vs the worker:                           %.2fx\n", hand.Rate()/noop.Rate())
+		ratio := stallOthers.Seconds() / slow.Elapsed.Seconds()
+		fmt.Printf("  stall: the others settled in %v against %v without it:  %.2fx  %s (<= 1.2x)\n",
+			stallOthers.Round(time.Millisecond), slow.Elapsed.Round(time.Millisecond), ratio, benchkit.Verdict(ratio <= 1.2))
 	}
-	total := float64(n * rounds)
-	rawRate, adRate := total/rawTime.Seconds(), total/adTime.Seconds()
-	fmt.Printf("idemkit RabbitMQ bench: %d messages per path, prefetch %d, no-op handler, %d rounds\n\n", n, prefetch, rounds)
-	fmt.Printf("%-40s %12s %9s\n", "path", "messages/s", "vs raw")
-	fmt.Printf("%-40s %12.0f %8.2fx\n", "raw amqp091-go consumer, ack each", rawRate, 1.0)
-	fmt.Printf("%-40s %12.0f %8.2fx\n", "idemkit worker (batch path)", adRate, adRate/rawRate)
-	verdict := "met"
-	if adRate < 0.8*rawRate {
-		verdict = "MISSED"
-	}
-	fmt.Printf("\nadapter >= 0.8x raw: %.2fx %s\n", adRate/rawRate, verdict)
 	return nil
 }
 
-func publish(conn *amqp091.Connection, queue string, n int) error {
-	ch, err := conn.Channel()
+// brokerPid finds the local RabbitMQ's beam.smp, or -1.
+func brokerPid() int {
+	out, err := exec.Command("pgrep", "-o", "beam.smp").Output()
+	if err != nil {
+		return -1
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil {
+		return -1
+	}
+	return pid
+}
+
+// queue declares a fresh topology and fills its work queue with n messages.
+func (b *bench) queue() (idemamqp.Topology, error) {
+	b.seq++
+	t := idemamqp.Topology{Queue: "idemkit-bench-" + strconv.Itoa(b.seq) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)}
+	if err := t.Declare(b.conn); err != nil {
+		return t, err
+	}
+	return t, b.publish(t.Queue)
+}
+
+func (b *bench) publish(queue string) error {
+	ch, err := b.conn.Channel()
 	if err != nil {
 		return err
 	}
@@ -110,9 +173,9 @@ func publish(conn *amqp091.Connection, queue string, n int) error {
 	ctx := context.Background()
 	body := []byte(`{"order":42,"items":3}`)
 	var last *amqp091.DeferredConfirmation
-	for i := 0; i < n; i++ {
+	for i := 0; i < b.n; i++ {
 		c, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", queue, false, false,
-			amqp091.Publishing{MessageId: queue + "-" + strconv.Itoa(i), Body: body})
+			amqp091.Publishing{MessageId: "m-" + strconv.Itoa(i), Body: body})
 		if err != nil {
 			return err
 		}
@@ -129,35 +192,84 @@ func publish(conn *amqp091.Connection, queue string, n int) error {
 	return nil
 }
 
-func raw(url, queue string, n, prefetch int) (time.Duration, error) {
-	conn, err := amqp091.Dial(url)
+// consume runs each on every delivery of queue and acks it (one multiple-ack per
+// run of deliveries already received when multiple).
+func (b *bench) consume(queue string, prefetch int, multiple bool, each func(amqp091.Delivery) error) error {
+	conn, err := amqp091.Dial(b.url)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	defer conn.Close()
 	ch, err := conn.Channel()
 	if err != nil {
-		return 0, err
+		return err
 	}
 	if err := ch.Qos(prefetch, 0, false); err != nil {
-		return 0, err
+		return err
 	}
-	start := time.Now()
 	msgs, err := ch.Consume(queue, "", false, false, false, false, nil)
 	if err != nil {
-		return 0, err
+		return err
 	}
-	for i := 0; i < n; i++ {
+	for i := 0; i < b.n; {
 		d := <-msgs
-		if err := d.Ack(false); err != nil {
-			return 0, err
+		i++
+		if err := each(d); err != nil {
+			return err
+		}
+		if !multiple {
+			if err := d.Ack(false); err != nil {
+				return err
+			}
+			continue
+		}
+		last := d
+		for more := true; more && i < b.n; {
+			select {
+			case d = <-msgs:
+				i++
+				if err := each(d); err != nil {
+					return err
+				}
+				last = d
+			default:
+				more = false
+			}
+		}
+		if err := last.Ack(true); err != nil {
+			return err
 		}
 	}
-	return time.Since(start), nil
+	return nil
 }
 
-func adapter(url string, rdb *redis.Client, topo idemamqp.Topology, n, prefetch int, stamp string) (time.Duration, error) {
-	store, err := consumer.NewRedisStore(rdb, consumer.WithPrefix("idemkit-bench-amqp-"+stamp))
+func (b *bench) raw(queue string, prefetch int, multiple bool) error {
+	return b.consume(queue, prefetch, multiple, func(amqp091.Delivery) error { return nil })
+}
+
+// handRolled is the idempotency users write by hand, one message at a time.
+func (b *bench) handRolled(queue string) error {
+	ctx := context.Background()
+	prefix := "idemkit-bench-hand-" + queue
+	return b.consume(queue, 256, false, func(d amqp091.Delivery) error {
+		key := prefix + ":" + d.MessageId
+		ok, err := b.rdb.SetNX(ctx, key, "started", 30*time.Second).Result()
+		if err != nil || !ok {
+			return err
+		}
+		return b.rdb.Set(ctx, key, "done", 24*time.Hour).Err()
+	})
+}
+
+func (b *bench) worker(queue string, wait time.Duration, stallID string, stall time.Duration) error {
+	_, err := b.workerUntil(queue, wait, stallID, stall, int64(b.n))
+	return err
+}
+
+// workerUntil runs the worker over queue until every message settled, and
+// returns when until of them had.
+func (b *bench) workerUntil(queue string, wait time.Duration, stallID string, stall time.Duration, until int64) (time.Duration, error) {
+	store, err := consumer.NewRedisStore(b.rdb, consumer.WithPrefix("idemkit-bench-amqp-"+queue), consumer.WithScope("bench"))
 	if err != nil {
 		return 0, err
 	}
@@ -165,11 +277,46 @@ func adapter(url string, rdb *redis.Client, topo idemamqp.Topology, n, prefetch 
 		return 0, err
 	}
 	done := &settled{}
-	w, err := idemamqp.NewWorker(store, url, topo,
-		func(ctx context.Context, d amqp091.Delivery) (struct{}, error) { return struct{}{}, nil },
-		idemamqp.WithPrefetch(prefetch), idemamqp.WithConcurrency(4), idemamqp.WithHooks(done), idemamqp.WithDeclare(false))
+	w, err := idemamqp.NewWorker(store, b.url, idemamqp.Topology{Queue: queue},
+		func(ctx context.Context, d amqp091.Delivery) (struct{}, error) {
+			dur := wait
+			if stallID != "" && d.MessageId == stallID {
+				dur = stall
+			}
+			if dur > 0 {
+				t := time.NewTimer(dur)
+				defer t.Stop()
+				select {
+				case <-t.C:
+				case <-ctx.Done():
+				}
+			}
+			return struct{}{}, nil
+		},
+		idemamqp.WithPrefetch(256), idemamqp.WithHooks(done), idemamqp.WithDeclare(false),
+		idemamqp.WithShutdownGrace(stall+time.Second))
 	if err != nil {
 		return 0, err
 	}
-	return testenv.TimeUntil(w.Run, done.n.Load, int64(n), 5*time.Minute)
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan error, 1)
+	start := time.Now()
+	go func() { stopped <- w.Run(ctx) }()
+	var reached time.Duration
+	for done.n.Load() < int64(b.n) {
+		if reached == 0 && done.n.Load() >= until {
+			reached = time.Since(start)
+		}
+		if time.Since(start) > 5*time.Minute {
+			cancel()
+			<-stopped
+			return 0, fmt.Errorf("only %d of %d settled", done.n.Load(), b.n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if reached == 0 {
+		reached = time.Since(start)
+	}
+	cancel()
+	return reached, <-stopped
 }
