@@ -6,4 +6,9 @@ import (
 	"github.com/idemkit/idemkit/internal/testenv"
 )
 
-func TestMain(m *testing.M) { testenv.Run(m) }
+func TestMain(m *testing.M) {
+	if crashMember() {
+		return
+	}
+	testenv.Run(m)
+}

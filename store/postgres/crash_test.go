@@ -1,0 +1,259 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idemkit/adapters/kafka"
+	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/internal/testenv"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Where a member process kills itself (SIGKILL) in the crash-point matrix.
+const (
+	crashBeforeWrites  = "before-writes"  // in the transaction, before the business write
+	crashBeforeCommit  = "before-commit"  // after the business write, before the commit
+	crashAfterCommit   = "after-commit"   // after the commit, before the store's completion
+	crashAfterComplete = "after-complete" // after the store's completion, before the offset commit
+)
+
+// Environment of a member process.
+const (
+	envCrashPoint = "IDEMKIT_TEST_CRASH_POINT"
+	envBrokers    = "IDEMKIT_TEST_BROKERS"
+	envRedis      = "IDEMKIT_TEST_REDIS"
+	envPrefix     = "IDEMKIT_TEST_PREFIX"
+	envSchema     = "IDEMKIT_TEST_SCHEMA"
+)
+
+// crashAfter is how many events a member charges before it crashes.
+const crashAfter = 300
+
+type payment struct {
+	ID     string `json:"id"`
+	Amount int    `json:"amount"`
+}
+
+// crashMember runs this test binary as a payments member process when a test
+// asked for one; it reports whether it did.
+func crashMember() bool {
+	point := os.Getenv(envCrashPoint)
+	if point == "" {
+		return false
+	}
+	if err := runPaymentsMember(context.Background(), point, os.Getenv(envBrokers), os.Getenv(envRedis), os.Getenv(envPrefix), os.Getenv(envSchema)); err != nil {
+		fmt.Fprintln(os.Stderr, "member:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+	return true
+}
+
+func die() { _ = syscall.Kill(os.Getpid(), syscall.SIGKILL); select {} }
+
+// runPaymentsMember consumes the payments topic, charging each payment in
+// PostgreSQL with InTx; point names where it kills itself ("" never).
+func runPaymentsMember(ctx context.Context, point, brokers, redisAddr, prefix, schema string) error {
+	cfg, err := pgxpool.ParseConfig(testenv.PostgresDSN())
+	if err != nil {
+		return err
+	}
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer rdb.Close()
+	store, err := consumer.NewRedisStore(rdb, consumer.WithPrefix(prefix), consumer.WithScope("payments"),
+		consumer.WithLease(time.Second))
+	if err != nil {
+		return err
+	}
+	var charged atomic.Int64
+	hit := func(at string) bool { return point == at && charged.Load() >= crashAfter }
+	handler := func(ctx context.Context, p payment, _ *kgo.Record) (string, error) {
+		v, err := InTx(ctx, pool, func(ctx context.Context, tx pgx.Tx) (string, error) {
+			if hit(crashBeforeWrites) {
+				die()
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO charges VALUES ($1, $2)`, p.ID, p.Amount); err != nil {
+				return "", err
+			}
+			if hit(crashBeforeCommit) {
+				die()
+			}
+			return "ch_" + p.ID, nil
+		})
+		if err == nil {
+			charged.Add(1)
+			if hit(crashAfterCommit) {
+				die()
+			}
+		}
+		return v, err
+	}
+	c, err := kafka.NewTyped(store, []kgo.Opt{kgo.SeedBrokers(strings.Split(brokers, ",")...), kgo.ConsumerGroup("payments"),
+		kgo.ConsumeTopics("payments"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100 * time.Millisecond),
+		kgo.SessionTimeout(time.Second), kgo.HeartbeatInterval(200 * time.Millisecond)},
+		func(rec *kgo.Record) (payment, error) {
+			var p payment
+			return p, json.Unmarshal(rec.Value, &p)
+		}, handler, kafka.WithHooks(afterComplete{hit}))
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM)
+	defer stop()
+	return c.Run(ctx)
+}
+
+// afterComplete kills the member once a record is completed in the store, before
+// its offset is committed.
+type afterComplete struct{ hit func(string) bool }
+
+func (a afterComplete) OnOutcome(_ *kgo.Record, o consumer.Outcome) {
+	if o == consumer.Success && a.hit(crashAfterComplete) {
+		die()
+	}
+}
+
+// The crash-point matrix through the Kafka adapter: 1,000 payments (a fifth
+// published twice) charged by a member process that is SIGKILLed at one of four
+// points after 300 charges, then by a survivor: the business table holds exactly
+// one row per payment every time, and nothing is lost. IDEMKIT_CRASH_REPS sets the
+// repetitions per point (default 2).
+func TestCrashMatrixKafka(t *testing.T) {
+	reps, _ := strconv.Atoi(os.Getenv("IDEMKIT_CRASH_REPS"))
+	if reps < 1 {
+		reps = 2
+	}
+	for _, point := range []string{crashBeforeWrites, crashBeforeCommit, crashAfterCommit, crashAfterComplete} {
+		for rep := range reps {
+			t.Run(fmt.Sprintf("%s/%d", point, rep), func(t *testing.T) { crashRun(t, point) })
+		}
+	}
+}
+
+func crashRun(t *testing.T, point string) {
+	const n = 1000
+	pool := migrated(t)
+	var schema string
+	if err := pool.QueryRow(context.Background(), `SELECT current_schema()`).Scan(&schema); err != nil {
+		t.Fatal(err)
+	}
+	brokers, _ := testenv.Kafka(t, 4, "payments", "payments.dlq")
+	publishPayments(t, brokers, n)
+	prefix := testenv.Prefix(t)
+	child := testenv.StartSelf(t, envCrashPoint+"="+point, envBrokers+"="+strings.Join(brokers, ","),
+		envRedis+"="+testenv.RedisAddr(t), envPrefix+"="+prefix, envSchema+"="+schema)
+	if !killedWithin(child.Process.Pid, 60*time.Second) {
+		t.Fatalf("the member never crashed at %s", point)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- runPaymentsMember(ctx, "", strings.Join(brokers, ","), testenv.RedisAddr(t), prefix, schema)
+	}()
+	testenv.Eventually(t, 60*time.Second, "the survivor to commit every offset", func() bool { return lag(t, brokers) == 0 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	got := rows(t, pool, "charges")
+	if len(got) != n {
+		t.Fatalf("%d payments charged, want %d", len(got), n)
+	}
+	for id, c := range got {
+		if c != 1 {
+			t.Fatalf("payment %s charged %d times", id, c)
+		}
+	}
+}
+
+func publishPayments(t *testing.T, brokers []string, n int) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic("payments"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var recs []*kgo.Record
+	for i := range n {
+		id := fmt.Sprintf("pay-%04d", i)
+		body, _ := json.Marshal(payment{ID: id, Amount: 100 + i})
+		rec := func() *kgo.Record {
+			return &kgo.Record{Key: []byte(id), Value: body, Headers: []kgo.RecordHeader{{Key: kafka.DefaultKeyHeader, Value: []byte(id)}}}
+		}
+		recs = append(recs, rec())
+		if i%5 == 0 {
+			recs = append(recs, rec()) // the producer retried
+		}
+	}
+	rand.Shuffle(len(recs), func(i, j int) { recs[i], recs[j] = recs[j], recs[i] })
+	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// lag is the payments group's uncommitted record count (-1 when unknown).
+func lag(t *testing.T, brokers []string) int64 {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	ctx := context.Background()
+	ends, err := adm.ListEndOffsets(ctx, "payments")
+	if err != nil {
+		return -1
+	}
+	committed, err := adm.FetchOffsets(ctx, "payments")
+	if err != nil {
+		return -1
+	}
+	var total int64
+	ends.Each(func(o kadm.ListedOffset) {
+		at := int64(0)
+		if c, ok := committed.Lookup("payments", o.Partition); ok {
+			at = c.At
+		}
+		total += o.Offset - at
+	})
+	return total
+}
+
+// killedWithin waits for process pid to end and reports whether it was killed by
+// SIGKILL within d (it reaps the process itself).
+func killedWithin(pid int, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		var ws syscall.WaitStatus
+		got, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+		if err != nil {
+			return false
+		}
+		if got == pid {
+			return ws.Signaled() && ws.Signal() == syscall.SIGKILL
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return false
+}
