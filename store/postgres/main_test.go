@@ -7,7 +7,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if crashMember() {
+	if crashMember() || stopOwner() {
 		return
 	}
 	testenv.Run(m)
