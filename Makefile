@@ -24,7 +24,7 @@ define each_module
 	@fail=0; for m in $(MODULES); do echo "== $$m: $(1)"; (cd $$m && $(1)) || fail=1; done; exit $$fail
 endef
 
-.PHONY: demo test test-short bench bench-kafka bench-amqp bench-http bench-replay bench-dynamodb dynalite bench-plugins lint install-check ci up down clean
+.PHONY: demo test test-short bench bench-kafka bench-amqp bench-http bench-replay bench-postgres bench-dynamodb dynalite bench-plugins lint install-check ci up down clean
 
 ## demo: run the quickstart with zero set-up (in-process Redis unless IDEMKIT_REDIS_ADDR is set)
 demo:
@@ -57,6 +57,10 @@ bench-http:
 ## bench-replay: plan over 1,000,000 keys (time, Redis CPU, a concurrent PING's worst latency), replay vs ExecuteBatch alone
 bench-replay:
 	$(GO) run ./internal/bench/replay
+## bench-postgres: transactional completion (InTx) against the same transaction without it, and the hybrid against the Redis store alone, 3 repetitions
+bench-postgres:
+	$(GO) run ./internal/bench/pgtx
+
 ## bench-dynamodb: claims + completions vs plain conditional PutItems against a private dynalite, 3 repetitions
 bench-dynamodb: dynalite
 	cd store/dynamodb && $(GO) run ./internal/bench
