@@ -356,13 +356,6 @@ func attemptsOf(d amqp091.Delivery) int {
 	return 0
 }
 
-func errText(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
-}
-
 func token() string {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
