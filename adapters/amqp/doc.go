@@ -43,7 +43,9 @@
 //     x-idemkit-key, -attempts, -outcome, -kind (PERMANENT, CONFLICT, EXHAUSTED,
 //     UNDECODABLE, NO_KEY, ...), -reason (the error cut to MaxErrorHeader, 4 KiB: a
 //     header table must fit in one frame) and the original queue and routing. A copy
-//     the broker refuses for its size goes without its body (x-idemkit-body-less).
+//     whose headers would pass half of the default frame (64 KiB), or that the
+//     broker refuses for its size, goes with the idemkit headers only, without the
+//     body (x-idemkit-body-less).
 //
 // Every republish waits for the broker's publisher confirm before the original is
 // acked. If a republish or an ack fails, the session ends: the unacked deliveries

@@ -113,3 +113,33 @@ func TestLargeErrorIsCappedInTheDeadLetter(t *testing.T) {
 		t.Fatalf("ok fulfilled %d times", counts["ok"])
 	}
 }
+
+// A delivery whose own headers are too large to copy into a dead letter (100 KB)
+// is dead-lettered body-less with its key and kind, without a reconnect.
+func TestBodyLessDeadLetter(t *testing.T) {
+	url := testenv.AMQP(t)
+	store, _, _ := newStore(t)
+	topo := topology(t, url, false)
+	hooks := &counters{}
+	w, err := idemamqp.NewTypedWorker(store, url, topo, decodeOrder,
+		func(ctx context.Context, o order, d amqp091.Delivery) (string, error) {
+			return "", consumer.Permanent(errors.New("rejected"))
+		}, idemamqp.WithHooks(hooks))
+	if err != nil {
+		t.Fatal(err)
+	}
+	publishRaw(t, url, topo.Queue, amqp091.Publishing{MessageId: "fat", Body: []byte(`{"id":"fat","items":1}`),
+		Headers: amqp091.Table{"trace-blob": strings.Repeat("t", 100_000)}})
+	r := start(t, w)
+	testenv.Eventually(t, 10*time.Second, "the dead letter", func() bool { return hooks.dead.Load() == 1 })
+	r.stop()
+	dead := drain(t, url, topo.DeadLetterQueue)
+	if len(dead) != 1 || dead[0].Headers[idemamqp.HeaderBodyLess] != "true" || len(dead[0].Body) != 0 ||
+		dead[0].Headers[idemamqp.HeaderKey] != "fat" || dead[0].Headers[idemamqp.HeaderKind] != "PERMANENT" ||
+		dead[0].Headers["trace-blob"] != nil {
+		t.Fatalf("dead letters %d: %v", len(dead), dead)
+	}
+	if hooks.reconnects.Load() != 0 {
+		t.Fatalf("%d reconnects", hooks.reconnects.Load())
+	}
+}

@@ -274,14 +274,18 @@ func (p *publisher) publish(ctx context.Context, queue string, d amqp091.Deliver
 		DeliveryMode: amqp091.Persistent, Priority: d.Priority, CorrelationId: d.CorrelationId, ReplyTo: d.ReplyTo,
 		MessageId: d.MessageId, Timestamp: d.Timestamp, Type: d.Type, AppId: d.AppId, Body: d.Body,
 	}
-	err = p.send(ctx, queue, msg)
-	if err == nil || !bodyLessOK || !tooLarge(err) {
-		return false, err
-	}
-	// The broker closed the channel over the size: a new one, and the copy
-	// without its body.
-	if err := p.reopen(); err != nil {
-		return false, err
+	// A header table must fit in one frame, or the broker closes the connection: a
+	// copy whose headers are too large goes with the idemkit headers only.
+	if !bodyLessOK || tableSize(headers) <= maxHeaderTable {
+		err = p.send(ctx, queue, msg)
+		if err == nil || !bodyLessOK || !tooLarge(err) {
+			return false, err
+		}
+		// The broker closed the channel over the size: a new one, and the copy
+		// without its body.
+		if err := p.reopen(); err != nil {
+			return false, err
+		}
 	}
 	msg.Body, msg.Headers = nil, amqp091.Table{HeaderBodyLess: "true"}
 	for k, v := range extra {
@@ -330,6 +334,31 @@ func (p *publisher) reopen() error {
 	}
 	p.ch, p.returns, p.closed = ch, ch.NotifyReturn(make(chan amqp091.Return, 1)), ch.NotifyClose(make(chan *amqp091.Error, 1))
 	return nil
+}
+
+// maxHeaderTable is the largest header table a dead-letter copy keeps whole: half
+// of RabbitMQ's default frame_max (128 KiB), leaving room for the frame's other
+// fields whatever the broker negotiated above the minimum.
+const maxHeaderTable = 64 << 10
+
+// tableSize estimates the encoded size of a header table (names and string or
+// byte values; other values count 16 bytes).
+func tableSize(t amqp091.Table) int {
+	n := 0
+	for k, v := range t {
+		n += len(k) + 2
+		switch x := v.(type) {
+		case string:
+			n += len(x) + 5
+		case []byte:
+			n += len(x) + 5
+		case amqp091.Table:
+			n += tableSize(x) + 5
+		default:
+			n += 16
+		}
+	}
+	return n
 }
 
 // tooLarge reports whether the broker refused a message for its size (RabbitMQ
