@@ -39,6 +39,7 @@ const (
 	envRedis      = "IDEMKIT_TEST_REDIS"
 	envPrefix     = "IDEMKIT_TEST_PREFIX"
 	envSchema     = "IDEMKIT_TEST_SCHEMA"
+	envStore      = "IDEMKIT_TEST_STORE" // "redis" (claims in Redis) or "postgres" (the Store alone)
 )
 
 // crashAfter is how many events a member charges before it crashes.
@@ -56,7 +57,7 @@ func crashMember() bool {
 	if point == "" {
 		return false
 	}
-	if err := runPaymentsMember(context.Background(), point, os.Getenv(envBrokers), os.Getenv(envRedis), os.Getenv(envPrefix), os.Getenv(envSchema)); err != nil {
+	if err := runPaymentsMember(context.Background(), point, os.Getenv(envStore), os.Getenv(envBrokers), os.Getenv(envRedis), os.Getenv(envPrefix), os.Getenv(envSchema)); err != nil {
 		fmt.Fprintln(os.Stderr, "member:", err)
 		os.Exit(1)
 	}
@@ -68,7 +69,7 @@ func die() { _ = syscall.Kill(os.Getpid(), syscall.SIGKILL); select {} }
 
 // runPaymentsMember consumes the payments topic, charging each payment in
 // PostgreSQL with InTx; point names where it kills itself ("" never).
-func runPaymentsMember(ctx context.Context, point, brokers, redisAddr, prefix, schema string) error {
+func runPaymentsMember(ctx context.Context, point, storeKind, brokers, redisAddr, prefix, schema string) error {
 	cfg, err := pgxpool.ParseConfig(testenv.PostgresDSN())
 	if err != nil {
 		return err
@@ -81,8 +82,13 @@ func runPaymentsMember(ctx context.Context, point, brokers, redisAddr, prefix, s
 	defer pool.Close()
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
 	defer rdb.Close()
-	store, err := consumer.NewRedisStore(rdb, consumer.WithPrefix(prefix), consumer.WithScope("payments"),
-		consumer.WithLease(time.Second))
+	opts := []consumer.Option{consumer.WithPrefix(prefix), consumer.WithScope("payments"), consumer.WithLease(time.Second)}
+	var store consumer.Store
+	if storeKind == "postgres" {
+		store, err = NewStore(pool, opts...)
+	} else {
+		store, err = consumer.NewRedisStore(rdb, opts...)
+	}
 	if err != nil {
 		return err
 	}
@@ -137,21 +143,24 @@ func (a afterComplete) OnOutcome(_ *kgo.Record, o consumer.Outcome) {
 // The crash-point matrix through the Kafka adapter: 1,000 payments (a fifth
 // published twice) charged by a member process that is SIGKILLed at one of four
 // points after 300 charges, then by a survivor: the business table holds exactly
-// one row per payment every time, and nothing is lost. IDEMKIT_CRASH_REPS sets the
+// one row per payment every time, and nothing is lost; with the claims in Redis
+// and with the PostgreSQL Store alone. IDEMKIT_CRASH_REPS sets the
 // repetitions per point (default 2).
 func TestCrashMatrixKafka(t *testing.T) {
 	reps, _ := strconv.Atoi(os.Getenv("IDEMKIT_CRASH_REPS"))
 	if reps < 1 {
 		reps = 2
 	}
-	for _, point := range []string{crashBeforeWrites, crashBeforeCommit, crashAfterCommit, crashAfterComplete} {
-		for rep := range reps {
-			t.Run(fmt.Sprintf("%s/%d", point, rep), func(t *testing.T) { crashRun(t, point) })
+	for _, storeKind := range []string{"redis", "postgres"} {
+		for _, point := range []string{crashBeforeWrites, crashBeforeCommit, crashAfterCommit, crashAfterComplete} {
+			for rep := range reps {
+				t.Run(fmt.Sprintf("%s/%s/%d", storeKind, point, rep), func(t *testing.T) { crashRun(t, storeKind, point) })
+			}
 		}
 	}
 }
 
-func crashRun(t *testing.T, point string) {
+func crashRun(t *testing.T, storeKind, point string) {
 	const n = 1000
 	pool := migrated(t)
 	var schema string
@@ -161,7 +170,7 @@ func crashRun(t *testing.T, point string) {
 	brokers, _ := testenv.Kafka(t, 4, "payments", "payments.dlq")
 	publishPayments(t, brokers, n)
 	prefix := testenv.Prefix(t)
-	child := testenv.StartSelf(t, envCrashPoint+"="+point, envBrokers+"="+strings.Join(brokers, ","),
+	child := testenv.StartSelf(t, envCrashPoint+"="+point, envStore+"="+storeKind, envBrokers+"="+strings.Join(brokers, ","),
 		envRedis+"="+testenv.RedisAddr(t), envPrefix+"="+prefix, envSchema+"="+schema)
 	if !killedWithin(child.Process.Pid, 60*time.Second) {
 		t.Fatalf("the member never crashed at %s", point)
@@ -169,7 +178,7 @@ func crashRun(t *testing.T, point string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- runPaymentsMember(ctx, "", strings.Join(brokers, ","), testenv.RedisAddr(t), prefix, schema)
+		done <- runPaymentsMember(ctx, "", storeKind, strings.Join(brokers, ","), testenv.RedisAddr(t), prefix, schema)
 	}()
 	testenv.Eventually(t, 60*time.Second, "the survivor to commit every offset", func() bool { return lag(t, brokers) == 0 })
 	cancel()

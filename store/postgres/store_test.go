@@ -1,0 +1,109 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/consumer/consumertest"
+	"github.com/idemkit/idemkit/internal/testenv"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// TestConformance runs the suite every consumer.Store passes, each store in a
+// schema of its own.
+func TestConformance(t *testing.T) {
+	consumertest.Run(t, func(t *testing.T, opts ...consumer.Option) (consumer.Store, error) {
+		pool := schemaPool(t)
+		if err := Migrate(context.Background(), pool); err != nil {
+			return nil, err
+		}
+		return NewStore(pool, opts...)
+	})
+}
+
+// 64 goroutines deliver 1,000 keys 5 times each: every key's handler runs once.
+func TestRaceExactlyOnce(t *testing.T) {
+	pool := migrated(t)
+	store, err := NewStore(pool, consumer.WithScope("race"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const workers, keys, deliveries = 64, 1000, 5
+	var runs [keys]atomic.Int32
+	var wg sync.WaitGroup
+	ctx := context.Background()
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for d := range deliveries {
+				for k := w; k < keys; k += workers {
+					_ = d
+					key := consumer.Key(fmt.Sprintf("k-%04d", k))
+					for {
+						r := consumer.ExecuteIdempotently(ctx, store, key, nil, func(context.Context) (int, error) {
+							runs[k].Add(1)
+							return k, nil
+						})
+						if r.Outcome != consumer.InProgress && r.Outcome != consumer.Error {
+							break
+						}
+					}
+				}
+			}
+		}()
+	}
+	// the same keys from a second set of workers, shifted, so deliveries collide
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := (w + 7) % workers; k < keys; k += workers {
+				key := consumer.Key(fmt.Sprintf("k-%04d", k))
+				for {
+					r := consumer.ExecuteIdempotently(ctx, store, key, nil, func(context.Context) (int, error) {
+						runs[k].Add(1)
+						return k, nil
+					})
+					if r.Outcome != consumer.InProgress && r.Outcome != consumer.Error {
+						break
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for k := range keys {
+		if n := runs[k].Load(); n != 1 {
+			t.Fatalf("key %d ran %d times", k, n)
+		}
+	}
+}
+
+func TestStoreBadInput(t *testing.T) {
+	if _, err := NewStore(nil); err == nil {
+		t.Fatal("nil database accepted")
+	}
+	var nilPool *pgxpool.Pool
+	if _, err := NewStore(nilPool); err == nil {
+		t.Fatal("nil pool accepted")
+	}
+	store, err := NewStore(schemaPool(t), consumer.WithScope("x")) // no Migrate
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := consumer.ExecuteIdempotently(context.Background(), store, "k", nil, func(context.Context) (int, error) { return 1, nil })
+	if r.Err == nil || !strings.Contains(r.Err.Error(), "Migrate") {
+		t.Fatalf("missing table: %v", r.Err)
+	}
+	var nilStore *Store
+	if reps := nilStore.Begin(context.Background(), []consumer.Claim{{Key: "k", Owner: "o"}}); reps[0].Err == nil {
+		t.Fatal("nil store answered a claim")
+	}
+	_ = testenv.PostgresDSN
+}
