@@ -256,9 +256,10 @@ func sqlIsolation(l pgx.TxIsoLevel) sql.IsolationLevel {
 	return sql.LevelReadCommitted
 }
 
-// Reap deletes up to limit completion rows past their retention, oldest first, and
-// returns how many it deleted; call it until it returns less than limit. Each call
-// is one short statement, so it never holds many locks at once.
+// Reap deletes up to limit rows past their retention, oldest first (completion
+// rows, then the Store's records), and returns how many it deleted; call it until
+// it returns less than limit. Each call is at most two short statements, so it
+// never holds many locks at once.
 func Reap(ctx context.Context, db interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }, limit int) (int64, error) {
@@ -273,5 +274,15 @@ func Reap(ctx context.Context, db interface {
 	if err != nil {
 		return 0, txError(err)
 	}
-	return tag.RowsAffected(), nil
+	n := tag.RowsAffected()
+	if left := int64(limit) - n; left > 0 { // the Store's records, when its table exists
+		tag, err = db.Exec(ctx, `DELETE FROM idemkit_records WHERE key_hash IN (
+			SELECT key_hash FROM idemkit_records WHERE expires_ms < (extract(epoch FROM clock_timestamp()) * 1000)::bigint
+			ORDER BY expires_ms LIMIT $1)`, left)
+		if err != nil {
+			return n, txError(err)
+		}
+		n += tag.RowsAffected()
+	}
+	return n, nil
 }

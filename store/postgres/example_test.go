@@ -1,0 +1,37 @@
+package postgres_test
+
+import (
+	"context"
+	"log"
+
+	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/store/postgres"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// A handler whose effect is a row in PostgreSQL records its key's completion in
+// the same transaction: a crash at any point leaves both or neither.
+func ExampleInTx() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, "postgres://postgres@127.0.0.1:5432/test")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	if err := postgres.Migrate(ctx, pool); err != nil { // once, at start-up
+		log.Fatal(err)
+	}
+	store, err := postgres.NewStore(pool, consumer.WithScope("payments")) // or consumer.NewRedisStore
+	if err != nil {
+		log.Fatal(err)
+	}
+	charge := func(ctx context.Context) (string, error) {
+		return postgres.InTx(ctx, pool, func(ctx context.Context, tx pgx.Tx) (string, error) {
+			_, err := tx.Exec(ctx, `INSERT INTO charges (order_id, amount) VALUES ($1, $2)`, "order-42", 1999)
+			return "ch_order-42", err
+		})
+	}
+	r := consumer.ExecuteIdempotently(ctx, store, "order-42", nil, charge)
+	log.Println(r.Outcome, r.Value)
+}
