@@ -11,7 +11,9 @@
 //   - Redis store alone: ExecuteIdempotently with the plain transaction.
 //
 // It prints each lane's p50 and p99 latency per message and messages/s, and the
-// transaction's p50 and p99 with InTx against without it.
+// transaction's p50 and p99 with InTx against without it; then the PostgreSQL
+// Store's batch path (ExecuteBatch, B=100) against the same number of plain
+// INSERT ... ON CONFLICT DO NOTHING and UPDATE statements, with the server's CPU.
 package main
 
 import (
@@ -19,11 +21,14 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/internal/benchkit"
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/store/postgres"
 	"github.com/jackc/pgx/v5"
@@ -179,6 +184,75 @@ func run(n, reps int) error {
 			tx.pct(0.5).Microseconds(), p.pct(0.5).Microseconds(), added*100, verdict, tx.pct(0.99).Microseconds(), p.pct(0.99).Microseconds())
 		fmt.Printf("  statements InTx adds to the transaction: 1 (INSERT ... ON CONFLICT DO NOTHING of the completion row)\n")
 		fmt.Printf("  hybrid vs Redis store alone: %.2fx msgs/s\n", (float64(n)/lanes[2].took.Seconds())/(float64(n)/lanes[3].took.Seconds()))
+		if err := storeLanes(ctx, pool, r, n); err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// storeLanes compares the PostgreSQL Store's batch path (ExecuteBatch, B=100: one
+// claim and one completion transaction per batch) with the same number of plain
+// statements: per message an INSERT ... ON CONFLICT DO NOTHING and an UPDATE, each
+// batch of 100 sent as one pgx batch of each. CPU is every postgres process's.
+func storeLanes(ctx context.Context, pool *pgxpool.Pool, rep, n int) error {
+	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS plain_records (k text PRIMARY KEY, state text, result bytea)`); err != nil {
+		return err
+	}
+	store, err := postgres.NewStore(pool, consumer.WithScope("bench-"+strconv.Itoa(rep)))
+	if err != nil {
+		return err
+	}
+	noop := func(context.Context, int, consumer.BatchItem) (string, error) { return "ok", nil }
+	var storeTook, refTook, storeCPU, refCPU time.Duration
+	for start := 0; start < n; start += 100 {
+		items := make([]consumer.BatchItem, 0, 100)
+		for i := start; i < min(start+100, n); i++ {
+			items = append(items, consumer.BatchItem{Key: consumer.Key(fmt.Sprint("s", rep, "-", i))})
+		}
+		c0, t := serverCPU(), time.Now()
+		for _, res := range consumer.ExecuteBatch(ctx, store, items, noop) {
+			if res.Outcome != consumer.Success {
+				return fmt.Errorf("store lane: %v %v", res.Outcome, res.Err)
+			}
+		}
+		storeTook, storeCPU = storeTook+time.Since(t), storeCPU+serverCPU()-c0
+
+		c0, t = serverCPU(), time.Now()
+		var ins, upd pgx.Batch
+		for i := start; i < min(start+100, n); i++ {
+			k := fmt.Sprint("p", rep, "-", i)
+			ins.Queue(`INSERT INTO plain_records (k, state) VALUES ($1, 'started') ON CONFLICT DO NOTHING`, k)
+			upd.Queue(`UPDATE plain_records SET state = 'completed', result = $2 WHERE k = $1`, k, []byte("ok"))
+		}
+		for _, b := range []*pgx.Batch{&ins, &upd} {
+			if err := pool.SendBatch(ctx, b).Close(); err != nil {
+				return err
+			}
+		}
+		refTook, refCPU = refTook+time.Since(t), refCPU+serverCPU()-c0
+	}
+	sr, rr := float64(n)/storeTook.Seconds(), float64(n)/refTook.Seconds()
+	verdict := "met"
+	if sr < 0.7*rr {
+		verdict = "MISSED"
+	}
+	fmt.Printf("  PostgreSQL Store, ExecuteBatch B=100: %.0f msgs/s, server CPU %.1f us/msg; plain INSERT ON CONFLICT + UPDATE, pgx batches of 100: %.0f msgs/s, %.1f us/msg; ratio %.2fx (>= 0.7x: %s)\n",
+		sr, float64(storeCPU.Microseconds())/float64(n), rr, float64(refCPU.Microseconds())/float64(n), sr/rr, verdict)
+	return nil
+}
+
+// serverCPU is the CPU time of every local postgres process (0 when none is seen).
+func serverCPU() time.Duration {
+	out, err := exec.Command("pgrep", "-x", "postgres").Output()
+	if err != nil {
+		return 0
+	}
+	var total time.Duration
+	for _, f := range strings.Fields(string(out)) {
+		if pid, err := strconv.Atoi(f); err == nil {
+			total += benchkit.CPUTime(pid)
+		}
+	}
+	return total
 }
