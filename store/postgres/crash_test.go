@@ -54,7 +54,7 @@ type payment struct {
 // asked for one; it reports whether it did.
 func crashMember() bool {
 	point := os.Getenv(envCrashPoint)
-	if point == "" {
+	if point == "" || os.Getenv(envBrokers) == "" {
 		return false
 	}
 	if err := runPaymentsMember(context.Background(), point, os.Getenv(envStore), os.Getenv(envBrokers), os.Getenv(envRedis), os.Getenv(envPrefix), os.Getenv(envSchema)); err != nil {
@@ -67,61 +67,90 @@ func crashMember() bool {
 
 func die() { _ = syscall.Kill(os.Getpid(), syscall.SIGKILL); select {} }
 
+// charger is what a member process (Kafka or RabbitMQ) shares: the pool, the
+// store and the handler that charges a payment with InTx, killing the process at
+// point ("" never) once crashAfter payments were charged.
+type charger struct {
+	pool    *pgxpool.Pool
+	rdb     *redis.Client
+	store   consumer.Store
+	point   string
+	charged atomic.Int64
+}
+
+func newCharger(ctx context.Context, point, storeKind, redisAddr, prefix, schema string) (*charger, error) {
+	cfg, err := pgxpool.ParseConfig(testenv.PostgresDSN())
+	if err != nil {
+		return nil, err
+	}
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	c := &charger{point: point, rdb: redis.NewClient(&redis.Options{Addr: redisAddr})}
+	if c.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
+		return nil, err
+	}
+	opts := []consumer.Option{consumer.WithPrefix(prefix), consumer.WithScope("payments"), consumer.WithLease(time.Second)}
+	if storeKind == "postgres" {
+		c.store, err = NewStore(c.pool, opts...)
+	} else {
+		c.store, err = consumer.NewRedisStore(c.rdb, opts...)
+	}
+	if err != nil {
+		c.close()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *charger) close() { c.pool.Close(); _ = c.rdb.Close() }
+
+func (c *charger) hit(at string) bool { return c.point == at && c.charged.Load() >= crashAfter }
+
+func (c *charger) charge(ctx context.Context, p payment) (string, error) {
+	v, err := InTx(ctx, c.pool, func(ctx context.Context, tx pgx.Tx) (string, error) {
+		if c.hit(crashBeforeWrites) {
+			die()
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO charges VALUES ($1, $2)`, p.ID, p.Amount); err != nil {
+			return "", err
+		}
+		if c.hit(crashBeforeCommit) {
+			die()
+		}
+		return "ch_" + p.ID, nil
+	})
+	if err == nil {
+		c.charged.Add(1)
+		if c.hit(crashAfterCommit) {
+			die()
+		}
+	}
+	return v, err
+}
+
+// completed is told of every outcome, after the store recorded it and before the
+// broker is told (offset commit, ack).
+func (c *charger) completed(o consumer.Outcome) {
+	if o == consumer.Success && c.hit(crashAfterComplete) {
+		die()
+	}
+}
+
 // runPaymentsMember consumes the payments topic, charging each payment in
 // PostgreSQL with InTx; point names where it kills itself ("" never).
 func runPaymentsMember(ctx context.Context, point, storeKind, brokers, redisAddr, prefix, schema string) error {
-	cfg, err := pgxpool.ParseConfig(testenv.PostgresDSN())
+	ch, err := newCharger(ctx, point, storeKind, redisAddr, prefix, schema)
 	if err != nil {
 		return err
 	}
-	cfg.ConnConfig.RuntimeParams["search_path"] = schema
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
-	defer rdb.Close()
-	opts := []consumer.Option{consumer.WithPrefix(prefix), consumer.WithScope("payments"), consumer.WithLease(time.Second)}
-	var store consumer.Store
-	if storeKind == "postgres" {
-		store, err = NewStore(pool, opts...)
-	} else {
-		store, err = consumer.NewRedisStore(rdb, opts...)
-	}
-	if err != nil {
-		return err
-	}
-	var charged atomic.Int64
-	hit := func(at string) bool { return point == at && charged.Load() >= crashAfter }
-	handler := func(ctx context.Context, p payment, _ *kgo.Record) (string, error) {
-		v, err := InTx(ctx, pool, func(ctx context.Context, tx pgx.Tx) (string, error) {
-			if hit(crashBeforeWrites) {
-				die()
-			}
-			if _, err := tx.Exec(ctx, `INSERT INTO charges VALUES ($1, $2)`, p.ID, p.Amount); err != nil {
-				return "", err
-			}
-			if hit(crashBeforeCommit) {
-				die()
-			}
-			return "ch_" + p.ID, nil
-		})
-		if err == nil {
-			charged.Add(1)
-			if hit(crashAfterCommit) {
-				die()
-			}
-		}
-		return v, err
-	}
-	c, err := kafka.NewTyped(store, []kgo.Opt{kgo.SeedBrokers(strings.Split(brokers, ",")...), kgo.ConsumerGroup("payments"),
+	defer ch.close()
+	c, err := kafka.NewTyped(ch.store, []kgo.Opt{kgo.SeedBrokers(strings.Split(brokers, ",")...), kgo.ConsumerGroup("payments"),
 		kgo.ConsumeTopics("payments"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100 * time.Millisecond),
 		kgo.SessionTimeout(time.Second), kgo.HeartbeatInterval(200 * time.Millisecond)},
 		func(rec *kgo.Record) (payment, error) {
 			var p payment
 			return p, json.Unmarshal(rec.Value, &p)
-		}, handler, kafka.WithHooks(afterComplete{hit}))
+		}, func(ctx context.Context, p payment, _ *kgo.Record) (string, error) { return ch.charge(ctx, p) },
+		kafka.WithHooks(afterComplete{ch}))
 	if err != nil {
 		return err
 	}
@@ -132,13 +161,9 @@ func runPaymentsMember(ctx context.Context, point, storeKind, brokers, redisAddr
 
 // afterComplete kills the member once a record is completed in the store, before
 // its offset is committed.
-type afterComplete struct{ hit func(string) bool }
+type afterComplete struct{ c *charger }
 
-func (a afterComplete) OnOutcome(_ *kgo.Record, o consumer.Outcome) {
-	if o == consumer.Success && a.hit(crashAfterComplete) {
-		die()
-	}
-}
+func (a afterComplete) OnOutcome(_ *kgo.Record, o consumer.Outcome) { a.c.completed(o) }
 
 // The crash-point matrix through the Kafka adapter: 1,000 payments (a fifth
 // published twice) charged by a member process that is SIGKILLed at one of four

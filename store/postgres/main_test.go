@@ -7,7 +7,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if crashMember() || stopOwner() {
+	if crashMember() || crashWorker() || stopOwner() {
 		return
 	}
 	testenv.Run(m)
