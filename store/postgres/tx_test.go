@@ -249,3 +249,34 @@ func TestReap(t *testing.T) {
 		t.Fatalf("reaped %d, %d left; want 250 and 1", total, left)
 	}
 }
+
+// A serialization failure inside the transaction rolls it back and ends the
+// attempt with a retryable error (the next delivery runs it again), never a dead
+// letter; the next attempt commits once.
+func TestInTxSerializationFailureIsRetryable(t *testing.T) {
+	pool := migrated(t)
+	store := redisStore(t)
+	ctx := context.Background()
+	fail := true
+	run := func(ctx context.Context) (string, error) {
+		return InTx(ctx, pool, func(ctx context.Context, tx pgx.Tx) (string, error) {
+			if _, err := tx.Exec(ctx, `INSERT INTO charges VALUES ('o-9', 9)`); err != nil {
+				return "", err
+			}
+			if fail {
+				fail = false
+				_, err := tx.Exec(ctx, `DO $$ BEGIN RAISE EXCEPTION 'could not serialize access' USING ERRCODE = '40001'; END $$`)
+				return "", err
+			}
+			return "ok", nil
+		}, WithIsolation(pgx.Serializable))
+	}
+	r := consumer.ExecuteIdempotently(ctx, store, "o-9", nil, run)
+	if r.Outcome != consumer.Error || !consumer.Retryable(r.Err) || r.Action() != consumer.Retry {
+		t.Fatalf("serialization failure: %v %v (action %v), want a retryable ERROR", r.Outcome, r.Err, r.Action())
+	}
+	r = consumer.ExecuteIdempotently(ctx, store, "o-9", nil, run)
+	if r.Outcome != consumer.Success || rows(t, pool, "charges")["o-9"] != 1 {
+		t.Fatalf("retry: %v %v, %d rows", r.Outcome, r.Err, rows(t, pool, "charges")["o-9"])
+	}
+}
