@@ -5,8 +5,10 @@
 //
 // A producer publishes order events, a fifth of them twice. Three group members
 // charge them through the adapters/kafka runner; one member crashes in the middle
-// of a batch (its Redis connection dies, it never completes what it claimed, and it
-// drops out of the group). The survivors take its partitions and its claims over.
+// of its work, with a window of claimed records whose handlers never reach the
+// payment provider (its Redis connection dies once the orders it did charge are
+// recorded, and it drops out of the group). The survivors take its partitions and
+// its claims over.
 // A ledger counts the charges per order: every order must be charged exactly once.
 // The program exits 1 if any order was charged twice or not at all.
 package main
@@ -173,7 +175,7 @@ func run(n int, dupShare float64) error {
 	start := time.Now()
 	shared := redis.NewClient(&redis.Options{Addr: redisAddr})
 	defer shared.Close()
-	// The doomed member joins first and dies in the middle of a batch, after
+	// The doomed member joins first and dies in the middle of its work, after
 	// charging 100 orders; two more members join meanwhile.
 	doomedRedis := redis.NewClient(&redis.Options{Addr: redisAddr, MaxRetries: -1})
 	dm := &doom{after: min(100, n/10), crashed: make(chan struct{})}
@@ -182,6 +184,13 @@ func run(n int, dupShare float64) error {
 		return err
 	}
 	stopDoomed := runMember(doomed)
+	// The others join once the doomed member is charging, so that it has records
+	// of its own when it crashes.
+	for began := time.Now(); dm.count() == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Since(began) > 30*time.Second {
+			return errors.New("the doomed member never got records")
+		}
+	}
 	var members []func()
 	for i := 0; i < 2; i++ {
 		m, err := newMember(shared, nil)
@@ -258,6 +267,13 @@ type doom struct {
 
 	mu      sync.Mutex
 	charged []string // the orders it charged, in order
+}
+
+// count is how many orders the member charged.
+func (d *doom) count() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.charged)
 }
 
 // charge charges id in book and reports true while the member is alive; the
