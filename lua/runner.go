@@ -116,10 +116,6 @@ func (r *Runner) groups(n int, key func(i int) string) [][]int {
 	return out
 }
 
-// maxReloads bounds how often one exec reloads scripts that a concurrent SCRIPT
-// FLUSH keeps removing.
-const maxReloads = 5
-
 // exec runs calls in one round trip, bounded as within says.
 func (r *Runner) exec(ctx context.Context, calls []call) []reply {
 	out, err := within(r, ctx, func() []reply { return r.run(ctx, calls) })
@@ -170,9 +166,10 @@ func (e *NoReplyError) Error() string {
 // Unwrap returns the context's cause (context.DeadlineExceeded for a deadline).
 func (e *NoReplyError) Unwrap() error { return e.Cause }
 
-// run runs calls in one round trip (one pipeline; a single call goes alone) and
-// reloads scripts the server does not know, then runs those calls again. A call
-// answered NOSCRIPT did not run, so running it again is safe.
+// run runs calls in one round trip (one pipeline; a single call goes alone). Calls
+// answered NOSCRIPT did not run, so they are sent again, once, with the script's
+// source (EVAL), which no concurrent SCRIPT FLUSH can refuse; the scripts are
+// loaded again for the calls that follow.
 func (r *Runner) run(ctx context.Context, calls []call) []reply {
 	out := make([]reply, len(calls))
 	if len(calls) == 1 {
@@ -193,14 +190,18 @@ func (r *Runner) run(ctx context.Context, calls []call) []reply {
 		cmds := make([]*redis.Cmd, len(pending))
 		for j, i := range pending {
 			c := calls[i]
-			cmds[j] = pipe.EvalSha(ctx, c.script.Hash(), c.keys, c.args...)
+			if round == 0 {
+				cmds[j] = pipe.EvalSha(ctx, c.script.Hash(), c.keys, c.args...)
+			} else { // with the source: a SCRIPT FLUSH in between cannot refuse it
+				cmds[j] = pipe.Eval(ctx, c.script.src, c.keys, c.args...)
+			}
 		}
 		_, _ = pipe.Exec(ctx) // every command carries its own error
 		var again []int
 		load := make(map[*Script]bool)
 		for j, i := range pending {
 			v, err := cmds[j].Result()
-			if isNoScript(err) && round < maxReloads {
+			if isNoScript(err) && round == 0 {
 				again = append(again, i)
 				load[calls[i].script] = true
 				continue
@@ -208,12 +209,7 @@ func (r *Runner) run(ctx context.Context, calls []call) []reply {
 			out[i] = reply{v, err}
 		}
 		for s := range load {
-			if err := r.load(ctx, s); err != nil {
-				for _, i := range again {
-					out[i] = reply{nil, err}
-				}
-				return out
-			}
+			_ = r.load(ctx, s) // for the calls after this one; the retry sends the source
 		}
 		pending = again
 	}
