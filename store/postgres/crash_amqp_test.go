@@ -129,18 +129,27 @@ func crashRunAMQP(t *testing.T, storeKind, point string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 60*time.Second, "every payment charged and the queues empty", func() bool {
-		if len(rows(t, pool, "charges")) != n {
-			return false
-		}
-		for _, q := range []string{queue, topo.Queue + ".dlq"} {
-			st, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
-			if err != nil || st.Messages != 0 {
-				return false
+	depths := func() map[string]int {
+		out := map[string]int{}
+		for _, q := range []string{queue, queue + ".dlq", topo.RetryQueue(200 * time.Millisecond), topo.RetryQueue(time.Second)} {
+			if st, err := ch.QueueDeclarePassive(q, true, false, false, false, nil); err == nil {
+				out[q] = st.Messages
 			}
 		}
-		return true
-	})
+		return out
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		charged := len(rows(t, pool, "charges"))
+		d := depths()
+		if charged == n && d[queue] == 0 && d[queue+".dlq"] == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 90s: %d of %d payments charged; queue depths %v", charged, n, d)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
