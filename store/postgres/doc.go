@@ -31,9 +31,13 @@
 // advisory locks taken in one statement in a fixed order (so that batches never
 // deadlock), one read of their rows, one upsert of every row over unnest arrays,
 // and the commit. An expired row reads as absent; Reap deletes both tables'
-// expired rows. Time-partitioned tables are not offered: with expiry by a bounded
-// delete the table stays as large as the retention's traffic, and a partitioned
-// variant is future work.
+// expired rows. Time-partitioned tables are not offered yet: PostgreSQL enforces a
+// unique key on a partitioned table only when the key includes the partition key,
+// and a claim knows its key but not the day its record was created, so partitions
+// by time cannot by themselves keep one record per key; a partitioned variant needs
+// a claim protocol of its own (for example, partitions by expiry day with the key's
+// current partition kept in a small unpartitioned index table). Until then expiry
+// is a bounded delete, and the table stays as large as the retention's traffic.
 //
 // Schema: the package ships its tables as SQL files (migrations/*.sql, embedded)
 // and creates them only when told to, by Migrate. Migrate applies the files in
