@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/consumer/consumertest"
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/lua"
 )
@@ -178,94 +178,8 @@ func must[S any](s S, err error) S {
 // The memory store and the Redis store answer alike: thousands of random
 // operations on a few keys, every reply and every record compared.
 func TestMemoryAndRedisAgree(t *testing.T) {
-	ctx := context.Background()
 	c := testenv.Redis(t)
-	for seed := uint64(1); seed <= 25; seed++ {
-		rnd := rand.New(rand.NewPCG(seed, 11))
-		opts := []consumer.Option{consumer.WithLease(time.Minute), consumer.WithMaxAttempts(1 + rnd.IntN(4))}
-		mem := must(consumer.NewMemoryStore(opts...))
-		red := must(consumer.NewRedisStore(c, append(opts, consumer.WithPrefix(testenv.Prefix(t)))...))
-		keys := []consumer.Key{"a", "b", "c"}
-		owners := []string{"o1", "o2", "o3", "o4"}
-		fps := []consumer.Fingerprint{{}, consumer.FingerprintOf([]byte("x")), consumer.FingerprintOf([]byte("y"))}
-		type held struct {
-			rep consumer.ClaimReply
-			fp  consumer.Fingerprint
-		}
-		claims := map[string]held{} // owner+key -> what its last claim got
-		for step := 0; step < 400; step++ {
-			k := keys[rnd.IntN(len(keys))]
-			o := owners[rnd.IntN(len(owners))]
-			h := claims[o+string(k)]
-			fence := h.rep.Fence
-			if cur, _ := mem.Peek(ctx, k); rnd.IntN(8) == 0 && cur.Owner != o {
-				// A stale or made-up fence (0: unknown) from a caller that does not
-				// hold the claim: the holder always repeats its claim as Begin answered.
-				fence = int64(rnd.IntN(4))
-			}
-			var a, b string
-			switch op := rnd.IntN(6); op {
-			case 0, 1:
-				cl := []consumer.Claim{{Key: k, Owner: o, Fingerprint: fps[rnd.IntN(3)], Locked: rnd.IntN(4) == 0}}
-				x, y := mem.Begin(ctx, cl)[0], red.Begin(ctx, cl)[0]
-				if y.Claimed() {
-					claims[o+string(k)] = held{rep: y, fp: y.Fingerprint}
-					if x.Fingerprint != y.Fingerprint {
-						t.Fatalf("seed %d step %d: claimed fingerprints differ: %s, %s", seed, step, x.Fingerprint, y.Fingerprint)
-					}
-				}
-				a = fmt.Sprintf("begin %v f%d a%d %q %q %q %v %v", x.Status, x.Fence, x.Attempts, x.Result, x.Dropped, x.Message, x.Permanent, x.Err)
-				b = fmt.Sprintf("begin %v f%d a%d %q %q %q %v %v", y.Status, y.Fence, y.Attempts, y.Result, y.Dropped, y.Message, y.Permanent, y.Err)
-			case 2, 3:
-				st := []consumer.Settlement{{Key: k, Owner: o, Fence: fence, Attempts: h.rep.Attempts, Created: h.rep.Created,
-					Fingerprint: h.fp, Complete: rnd.IntN(2) == 0,
-					Result: []byte(fmt.Sprint("r", step)), Permanent: rnd.IntN(3) == 0, Message: fmt.Sprint("m", step)}}
-				if rnd.IntN(6) == 0 {
-					st[0].Dropped = "123"
-				}
-				x, y := mem.Settle(ctx, st)[0], red.Settle(ctx, st)[0]
-				a = fmt.Sprintf("settle %v %v", x.Terminal, errKind(x.Err))
-				b = fmt.Sprintf("settle %v %v", y.Terminal, errKind(y.Err))
-			case 4:
-				ow := []consumer.Owned{{Key: k, Owner: o, Fence: fence}}
-				a = fmt.Sprintf("extend %v", errKind(mem.Extend(ctx, ow)[0]))
-				b = fmt.Sprintf("extend %v", errKind(red.Extend(ctx, ow)[0]))
-			case 5:
-				ow := []consumer.Owned{{Key: k, Owner: o, Fence: fence}}
-				a = fmt.Sprintf("release %v", errKind(mem.Release(ctx, ow)[0]))
-				b = fmt.Sprintf("release %v", errKind(red.Release(ctx, ow)[0]))
-			}
-			ra, _ := mem.Peek(ctx, k)
-			rb, _ := red.Peek(ctx, k)
-			a += " | " + describe(ra)
-			b += " | " + describe(rb)
-			if a != b {
-				t.Fatalf("seed %d step %d key %s owner %s fence %d:\n memory: %s\n redis:  %s", seed, step, k, o, fence, a, b)
-			}
-		}
-	}
-}
-
-func errKind(err error) string {
-	switch {
-	case err == nil:
-		return "ok"
-	case errors.Is(err, consumer.ErrLeaseLost):
-		return "lease-lost"
-	case errors.Is(err, consumer.ErrCorruptRecord):
-		return "corrupt"
-	}
-	return "error: " + err.Error()
-}
-
-func describe(r consumer.Record) string {
-	if !r.Found {
-		return "none"
-	}
-	var hist []string
-	for _, h := range r.History {
-		hist = append(hist, h.Message)
-	}
-	return fmt.Sprintf("%s owner=%q f%d a%d fp=%s result=%q dropped=%q err=%q hist=%q perm=%v locked=%v",
-		r.State, r.Owner, r.Fence, r.Attempts, r.Fingerprint, r.Result, r.Dropped, r.Error, hist, r.Permanent, r.Locked)
+	consumertest.Agree(t, func(t *testing.T, opts ...consumer.Option) (consumer.Store, error) {
+		return consumer.NewRedisStore(c, append(opts, consumer.WithPrefix(testenv.Prefix(t)))...)
+	})
 }
