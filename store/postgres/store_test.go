@@ -107,3 +107,13 @@ func TestStoreBadInput(t *testing.T) {
 	}
 	_ = testenv.PostgresDSN
 }
+
+// The memory store and the PostgreSQL store answer alike: thousands of random
+// operations, batches naming a key twice among them, every reply and record compared.
+func TestMemoryAndPostgresAgree(t *testing.T) {
+	pool := migrated(t)
+	var n atomic.Int32
+	consumertest.Agree(t, func(t *testing.T, opts ...consumer.Option) (consumer.Store, error) {
+		return NewStore(pool, append(opts, consumer.WithScope(fmt.Sprint("agree-", n.Add(1))))...)
+	})
+}

@@ -1,0 +1,161 @@
+package postgres
+
+// The Store's statements. Each call of the Store is one of them: one statement,
+// one round trip, its own implicit transaction, whatever the batch's size. Keys
+// come as arrays (unnest ... WITH ORDINALITY numbers the items) and are distinct
+// within one statement; the Store sends a batch that names a key twice as
+// several statements, in order. Times are milliseconds of the server's clock
+// (clock_timestamp(), read once per statement); a row whose expires_ms has passed
+// reads as absent.
+//
+// Locking: a claim must decide from a row that cannot change before it writes, so
+// the claim statement first locks the batch's existing rows (FOR UPDATE, in key
+// order, which under READ COMMITTED also yields each row's newest committed
+// version) and only then updates them; keys with no row are inserted with ON
+// CONFLICT DO NOTHING, so a concurrent claim that inserted the same key first
+// wins and this one is sent again for that key, when it sees the row. The other
+// statements are compare-and-set updates (owner, state, expiry in the WHERE
+// clause, re-checked by PostgreSQL on the newest version of a row another
+// transaction changed meanwhile), so they need no read first.
+
+// claimSQL: $1 key hashes, $2 owners, $3 fingerprints (NULL when off), $4 claimed
+// under a lock, $5 lease ms, $6 retention ms, $7 max attempts, $8 scope. One row
+// per item: its index, the decision, whether it took effect (false only when a
+// concurrent claim inserted the key first), and the record after the claim.
+//
+// Decisions, as the memory and Redis stores make them: fresh (no live row: a new
+// record), conflict (another fingerprint), completed, failed, exhaust (a retry
+// with no attempt left), claim (a retry), own (the caller's claim, asked again),
+// busy (a live lease), expire (a lease that ran out on the last attempt: failed,
+// with an error), takeover.
+const claimSQL = `WITH clock AS MATERIALIZED (
+	SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now
+), cur AS MATERIALIZED (
+	SELECT * FROM idemkit_records WHERE key_hash = ANY($1::bytea[]) ORDER BY key_hash FOR UPDATE
+), src AS MATERIALIZED (
+	SELECT c.i, c.k, c.c_owner, c.c_fp, c.c_locked, clock.now, r.key_hash IS NOT NULL AS present, r.*,
+		CASE
+			WHEN r.key_hash IS NULL OR r.expires_ms <= clock.now THEN 'fresh'
+			WHEN c.c_fp IS NOT NULL AND r.fp IS NOT NULL AND r.fp <> c.c_fp THEN 'conflict'
+			WHEN r.state = 'completed' THEN 'completed'
+			WHEN r.state = 'failed' THEN 'failed'
+			WHEN r.state = 'retry' AND r.attempts >= $7 THEN 'exhaust'
+			WHEN r.state = 'retry' THEN 'claim'
+			WHEN r.owner = c.c_owner THEN 'own'
+			WHEN r.lease_ms > clock.now AND NOT (c.c_locked AND r.locked) THEN 'busy'
+			WHEN r.attempts >= $7 THEN 'expire'
+			ELSE 'takeover'
+		END AS d
+	FROM unnest($1::bytea[], $2::text[], $3::bytea[], $4::bool[]) WITH ORDINALITY AS c(k, c_owner, c_fp, c_locked, i)
+	CROSS JOIN clock
+	LEFT JOIN cur r ON r.key_hash = c.k
+), nxt AS MATERIALIZED (
+	SELECT s.i, s.k, s.d, s.present, s.now,
+		s.d IN ('fresh', 'claim', 'takeover') AS claims,
+		s.d IN ('exhaust', 'expire') AS ends,
+		CASE WHEN s.d IN ('fresh', 'claim', 'takeover') THEN 'started' WHEN s.d IN ('exhaust', 'expire') THEN 'failed' ELSE s.state END AS state,
+		CASE WHEN s.d IN ('fresh', 'claim', 'takeover') THEN s.c_owner WHEN s.d IN ('exhaust', 'expire') THEN '' ELSE s.owner END AS owner,
+		CASE WHEN s.d = 'fresh' THEN 1 WHEN s.d IN ('claim', 'takeover') THEN s.fence + 1 ELSE s.fence END AS fence,
+		CASE WHEN s.d = 'fresh' THEN 1 WHEN s.d IN ('claim', 'takeover') THEN s.attempts + 1 ELSE s.attempts END AS attempts,
+		CASE WHEN s.d = 'fresh' THEN s.c_fp WHEN s.d IN ('claim', 'takeover') THEN coalesce(s.fp, s.c_fp) ELSE s.fp END AS fp,
+		CASE WHEN s.d IN ('fresh', 'claim', 'takeover') THEN s.now + $5 WHEN s.d IN ('exhaust', 'expire') THEN 0 ELSE s.lease_ms END AS lease_ms,
+		CASE WHEN s.d = 'fresh' THEN NULL ELSE s.result END AS result,
+		CASE WHEN s.d = 'fresh' THEN '' ELSE s.dropped END AS dropped,
+		CASE WHEN s.d = 'fresh' THEN '{}'::text[]
+			WHEN s.d = 'expire' THEN ARRAY['lease expired during the last allowed attempt']
+				|| CASE WHEN cardinality(s.errs) > 0 THEN ARRAY[left(s.errs[1], 256)] || s.errs[2:3] ELSE '{}'::text[] END
+			ELSE s.errs END AS errs,
+		CASE WHEN s.d = 'fresh' THEN '{}'::bigint[]
+			WHEN s.d = 'expire' THEN ARRAY[s.now / 1000] || s.err_at[1:3]
+			ELSE s.err_at END AS err_at,
+		CASE WHEN s.d IN ('fresh', 'exhaust', 'expire') THEN false ELSE s.permanent END AS permanent,
+		CASE WHEN s.d IN ('fresh', 'claim', 'takeover') THEN s.c_locked WHEN s.d IN ('exhaust', 'expire') THEN false ELSE s.locked END AS locked,
+		CASE WHEN s.d = 'fresh' THEN s.now ELSE s.created_ms END AS created_ms,
+		CASE WHEN s.d IN ('fresh', 'claim', 'takeover', 'exhaust', 'expire') THEN s.now ELSE s.updated_ms END AS updated_ms,
+		CASE WHEN s.d IN ('fresh', 'claim', 'takeover') THEN s.now + $5 + $6 WHEN s.d IN ('exhaust', 'expire') THEN s.now + $6
+			ELSE s.expires_ms END AS expires_ms
+	FROM src s
+), upd AS (
+	UPDATE idemkit_records t SET state = n.state, owner = n.owner, fence = n.fence, attempts = n.attempts, fp = n.fp,
+		lease_ms = n.lease_ms, result = n.result, dropped = n.dropped, errs = n.errs, err_at = n.err_at,
+		permanent = n.permanent, locked = n.locked, created_ms = n.created_ms, updated_ms = n.updated_ms,
+		expires_ms = n.expires_ms
+	FROM nxt n
+	WHERE t.key_hash = n.k AND n.present AND (n.claims OR n.ends)
+), ins AS (
+	INSERT INTO idemkit_records (key_hash, scope, state, owner, fence, attempts, fp, lease_ms, result, dropped, errs,
+		err_at, permanent, locked, created_ms, updated_ms, expires_ms)
+	SELECT n.k, $8, n.state, n.owner, n.fence, n.attempts, n.fp, n.lease_ms, n.result, n.dropped, n.errs, n.err_at,
+		n.permanent, n.locked, n.created_ms, n.updated_ms, n.expires_ms
+	FROM nxt n WHERE NOT n.present ORDER BY n.k
+	ON CONFLICT (key_hash) DO NOTHING
+	RETURNING key_hash
+)
+SELECT n.i, n.d, n.present OR ins.key_hash IS NOT NULL, n.fence, n.attempts, n.lease_ms, n.now, n.created_ms, n.fp,
+	n.result, n.dropped, coalesce(n.errs[1], ''), n.permanent
+FROM nxt n LEFT JOIN ins ON ins.key_hash = n.k`
+
+// settleSQL: $1 key hashes, $2 owners, $3 fences, $4 complete, $5 results, $6
+// dropped, $7 error messages, $8 permanent, $9 retention ms, $10 max attempts. One
+// row per item: its index, the state it set ("" when the owner no longer held the
+// claim), and the row as it was (state, fence, live) to answer a settlement sent
+// again after a lost reply.
+const settleSQL = `WITH clock AS MATERIALIZED (
+	SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now
+), c AS MATERIALIZED (
+	SELECT * FROM unnest($1::bytea[], $2::text[], $3::bigint[], $4::bool[], $5::bytea[], $6::text[], $7::text[], $8::bool[])
+		WITH ORDINALITY AS c(k, c_owner, c_fence, complete, c_result, c_dropped, msg, perm, i)
+), upd AS (
+	UPDATE idemkit_records t SET
+		expires_ms = CASE WHEN t.lease_ms <= clock.now THEN clock.now + $9 ELSE t.expires_ms END,
+		lease_ms = 0, updated_ms = clock.now, owner = '', locked = false,
+		state = CASE WHEN c.complete THEN 'completed' WHEN c.perm OR t.attempts >= $10 THEN 'failed' ELSE 'retry' END,
+		result = CASE WHEN NOT c.complete THEN t.result WHEN c.c_dropped = '' THEN c.c_result END,
+		dropped = CASE WHEN c.complete THEN c.c_dropped ELSE t.dropped END,
+		permanent = CASE WHEN NOT c.complete AND (c.perm OR t.attempts >= $10) THEN c.perm ELSE t.permanent END,
+		errs = CASE WHEN c.complete THEN '{}'::text[]
+			ELSE ARRAY[c.msg] || CASE WHEN cardinality(t.errs) > 0 THEN ARRAY[left(t.errs[1], 256)] || t.errs[2:3] ELSE '{}'::text[] END END,
+		err_at = CASE WHEN c.complete THEN '{}'::bigint[] ELSE ARRAY[clock.now / 1000] || t.err_at[1:3] END
+	FROM c, clock
+	WHERE t.key_hash = c.k AND t.state = 'started' AND t.owner = c.c_owner AND t.expires_ms > clock.now
+	RETURNING t.key_hash, t.state
+)
+SELECT c.i, coalesce(u.state, ''), coalesce(r.state, ''), coalesce(r.fence, 0), coalesce(r.expires_ms > clock.now, false)
+FROM c CROSS JOIN clock LEFT JOIN upd u ON u.key_hash = c.k LEFT JOIN idemkit_records r ON r.key_hash = c.k`
+
+// extendSQL: $1 key hashes, $2 owners, $3 lease ms, $4 retention ms. One row per
+// item: its index and whether its lease was renewed.
+const extendSQL = `WITH clock AS MATERIALIZED (
+	SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now
+), c AS MATERIALIZED (
+	SELECT * FROM unnest($1::bytea[], $2::text[]) WITH ORDINALITY AS c(k, c_owner, i)
+), upd AS (
+	UPDATE idemkit_records t SET lease_ms = clock.now + $3, expires_ms = clock.now + $3 + $4
+	FROM c, clock
+	WHERE t.key_hash = c.k AND t.state = 'started' AND t.owner = c.c_owner AND t.expires_ms > clock.now
+	RETURNING t.key_hash
+)
+SELECT c.i, u.key_hash IS NOT NULL FROM c LEFT JOIN upd u ON u.key_hash = c.k`
+
+// releaseSQL: $1 key hashes, $2 owners, $3 fences, $4 retention ms. One row per
+// item: its index, whether it was released, and whether it already was (a
+// release sent again after a lost reply: a retry row with the claim's fence).
+const releaseSQL = `WITH clock AS MATERIALIZED (
+	SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now
+), c AS MATERIALIZED (
+	SELECT * FROM unnest($1::bytea[], $2::text[], $3::bigint[]) WITH ORDINALITY AS c(k, c_owner, c_fence, i)
+), upd AS (
+	UPDATE idemkit_records t SET state = 'retry', owner = '', locked = false, lease_ms = 0, updated_ms = clock.now,
+		expires_ms = clock.now + $4, attempts = greatest(t.attempts - 1, 0)
+	FROM c, clock
+	WHERE t.key_hash = c.k AND t.state = 'started' AND t.owner = c.c_owner AND t.expires_ms > clock.now
+	RETURNING t.key_hash
+)
+SELECT c.i, u.key_hash IS NOT NULL,
+	coalesce(r.state = 'retry' AND r.fence = c.c_fence AND r.expires_ms > clock.now, false)
+FROM c CROSS JOIN clock LEFT JOIN upd u ON u.key_hash = c.k LEFT JOIN idemkit_records r ON r.key_hash = c.k`
+
+// peekSQL: $1 the key hash. The server's clock, and the row when there is one.
+const peekSQL = `SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint, r.state, r.owner, r.fence, r.attempts, r.fp,
+	r.lease_ms, r.result, r.dropped, r.errs, r.err_at, r.permanent, r.locked, r.created_ms, r.updated_ms, r.expires_ms
+FROM (SELECT 1) one LEFT JOIN idemkit_records r ON r.key_hash = $1`
