@@ -111,37 +111,26 @@ func InTx[T any](ctx context.Context, db Beginner, fn func(ctx context.Context, 
 	if !ok {
 		return zero, errors.New("postgres: InTx runs inside an idemkit handler (its context names the key): call it from the function you give ExecuteIdempotently or an adapter")
 	}
-	tx, err := db.Begin(ctx)
+	t, err := beginPgx(ctx, db, cfg.isolation)
 	if err != nil {
 		return zero, fmt.Errorf("postgres: begin: %w", err)
 	}
-	if cfg.isolation != "" {
-		if _, err := tx.Exec(ctx, "SET TRANSACTION ISOLATION LEVEL "+string(cfg.isolation)); err != nil {
-			_ = tx.Rollback(context.WithoutCancel(ctx))
-			return zero, fmt.Errorf("postgres: isolation: %w", err)
-		}
-	}
-	v, err := fn(ctx, tx)
+	v, err := fn(ctx, t.tx)
 	if err != nil {
-		_ = tx.Rollback(context.WithoutCancel(ctx))
+		t.rollback(ctx)
 		return zero, err
 	}
 	result, err := json.Marshal(v)
 	if err != nil {
-		_ = tx.Rollback(context.WithoutCancel(ctx))
+		t.rollback(ctx)
 		return zero, consumer.Permanent(fmt.Errorf("postgres: the result cannot be stored as JSON: %w", err))
 	}
 	h := keyHash(info.Scope, info.Key)
-	tag, err := tx.Exec(ctx, insertCompletion, h, info.Scope, info.Fence, result, cfg.retention.Microseconds())
-	if err == nil && tag.RowsAffected() == 0 {
-		_ = tx.Rollback(context.WithoutCancel(ctx))
+	applied, err := t.commit(ctx, h, info.Scope, info.Fence, result, cfg.retention.Microseconds())
+	switch {
+	case applied:
 		return storedPgx[T](ctx, db, h)
-	}
-	if err == nil {
-		err = tx.Commit(ctx)
-	}
-	if err != nil {
-		_ = tx.Rollback(context.WithoutCancel(ctx))
+	case err != nil:
 		return zero, txError(err)
 	}
 	return v, nil

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/internal/testenv"
@@ -278,5 +279,68 @@ func TestInTxSerializationFailureIsRetryable(t *testing.T) {
 	r = consumer.ExecuteIdempotently(ctx, store, "o-9", nil, run)
 	if r.Outcome != consumer.Success || rows(t, pool, "charges")["o-9"] != 1 {
 		t.Fatalf("retry: %v %v, %d rows", r.Outcome, r.Err, rows(t, pool, "charges")["o-9"])
+	}
+}
+
+// InTx on each kind of handle: a pool (of one connection, which InTx must give
+// back every time, whether it committed or rolled back), a connection (both send
+// the completion row and COMMIT together), and a transaction (the completion is
+// made in a savepoint). For each key, a first owner commits its business row with
+// the completion; a second owner (another store, so it claims afresh) finds the
+// row, its transaction is rolled back and it ends DUPLICATE with the first result.
+func TestInTxOnPoolConnectionAndTransaction(t *testing.T) {
+	base := migrated(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cfg := base.Config()
+	cfg.MaxConns = 1
+	one, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer one.Close()
+	conn, err := pgx.ConnectConfig(ctx, base.Config().ConnConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	outer, err := base.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outer.Rollback(context.Background())
+	for name, db := range map[string]Beginner{"pool": one, "conn": conn, "tx": outer} {
+		first, _ := consumer.NewMemoryStore(consumer.WithScope("handles"))
+		second, _ := consumer.NewMemoryStore(consumer.WithScope("handles"))
+		for k := range 20 {
+			id := fmt.Sprintf("%s-%02d", name, k)
+			charge := func(ctx context.Context) (string, error) {
+				return InTx(ctx, db, func(ctx context.Context, tx pgx.Tx) (string, error) {
+					_, err := tx.Exec(ctx, `INSERT INTO charges VALUES ($1, 1)`, id)
+					info, _ := consumer.InfoFromContext(ctx)
+					return fmt.Sprintf("ch-%s-fence-%d", id, info.Fence), err
+				})
+			}
+			a := consumer.ExecuteIdempotently(ctx, first, consumer.Key(id), nil, charge)
+			b := consumer.ExecuteIdempotently(ctx, second, consumer.Key(id), nil, charge)
+			if a.Outcome != consumer.Success || b.Outcome != consumer.Duplicate || b.Value != a.Value {
+				t.Fatalf("%s: first %v %q %v, second %v %q %v", id, a.Outcome, a.Value, a.Err, b.Outcome, b.Value, b.Err)
+			}
+		}
+	}
+	if err := outer.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := rows(t, base, "charges")
+	if len(got) != 60 {
+		t.Fatalf("%d keys charged, want 60", len(got))
+	}
+	for id, n := range got {
+		if n != 1 {
+			t.Fatalf("%s charged %d times", id, n)
+		}
+	}
+	if st := one.Stat(); st.AcquiredConns() != 0 {
+		t.Fatalf("InTx kept %d connections of the pool", st.AcquiredConns())
 	}
 }
