@@ -18,6 +18,20 @@ package postgres
 // clause, re-checked by PostgreSQL on the newest version of a row another
 // transaction changed meanwhile), so they need no read first.
 
+// insertSQL: $1 key hashes, $2 owners, $3 fingerprints (NULL when off), $4
+// claimed under a lock, $5 lease ms, $6 retention ms, $7 scope. The claim of keys
+// that have no row, the common case, in a plain insert: a row per key inserted
+// (its hash and its creation time). The other keys (a row is there, live or
+// expired) go to claimSQL.
+const insertSQL = `INSERT INTO idemkit_records (key_hash, scope, state, owner, fence, attempts, fp, lease_ms, locked,
+	created_ms, updated_ms, expires_ms)
+SELECT c.k, $7, 'started', c.c_owner, 1, 1, c.c_fp, clock.now + $5, c.c_locked, clock.now, clock.now, clock.now + $5 + $6
+FROM (SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now) clock,
+	unnest($1::bytea[], $2::text[], $3::bytea[], $4::bool[]) AS c(k, c_owner, c_fp, c_locked)
+ORDER BY c.k
+ON CONFLICT (key_hash) DO NOTHING
+RETURNING key_hash, created_ms`
+
 // claimSQL: $1 key hashes, $2 owners, $3 fingerprints (NULL when off), $4 claimed
 // under a lock, $5 lease ms, $6 retention ms, $7 max attempts, $8 scope. One row
 // per item: its index, the decision, whether it took effect (false only when a
@@ -95,65 +109,78 @@ SELECT n.i, n.d, n.present OR ins.key_hash IS NOT NULL, n.fence, n.attempts, n.l
 	n.result, n.dropped, coalesce(n.errs[1], ''), n.permanent
 FROM nxt n LEFT JOIN ins ON ins.key_hash = n.k`
 
-// settleSQL: $1 key hashes, $2 owners, $3 fences, $4 complete, $5 results, $6
-// dropped, $7 error messages, $8 permanent, $9 retention ms, $10 max attempts. One
-// row per item: its index, the state it set ("" when the owner no longer held the
-// claim), and the row as it was (state, fence, live) to answer a settlement sent
-// again after a lost reply.
+// settleSQL: $1 key hashes, $2 owners, $3 complete, $4 results, $5 dropped, $6
+// error messages, $7 permanent, $8 retention ms, $9 max attempts. A row per item
+// settled: its index and the state it set. The items without one (their owner no
+// longer held the claim, or the call was sent again after a lost reply) are looked
+// up with stateSQL.
 const settleSQL = `WITH clock AS MATERIALIZED (
 	SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now
 ), c AS MATERIALIZED (
-	SELECT * FROM unnest($1::bytea[], $2::text[], $3::bigint[], $4::bool[], $5::bytea[], $6::text[], $7::text[], $8::bool[])
-		WITH ORDINALITY AS c(k, c_owner, c_fence, complete, c_result, c_dropped, msg, perm, i)
-), upd AS (
-	UPDATE idemkit_records t SET
-		expires_ms = CASE WHEN t.lease_ms <= clock.now THEN clock.now + $9 ELSE t.expires_ms END,
-		lease_ms = 0, updated_ms = clock.now, owner = '', locked = false,
-		state = CASE WHEN c.complete THEN 'completed' WHEN c.perm OR t.attempts >= $10 THEN 'failed' ELSE 'retry' END,
-		result = CASE WHEN NOT c.complete THEN t.result WHEN c.c_dropped = '' THEN c.c_result END,
-		dropped = CASE WHEN c.complete THEN c.c_dropped ELSE t.dropped END,
-		permanent = CASE WHEN NOT c.complete AND (c.perm OR t.attempts >= $10) THEN c.perm ELSE t.permanent END,
-		errs = CASE WHEN c.complete THEN '{}'::text[]
-			ELSE ARRAY[c.msg] || CASE WHEN cardinality(t.errs) > 0 THEN ARRAY[left(t.errs[1], 256)] || t.errs[2:3] ELSE '{}'::text[] END END,
-		err_at = CASE WHEN c.complete THEN '{}'::bigint[] ELSE ARRAY[clock.now / 1000] || t.err_at[1:3] END
-	FROM c, clock
-	WHERE t.key_hash = c.k AND t.state = 'started' AND t.owner = c.c_owner AND t.expires_ms > clock.now
-	RETURNING t.key_hash, t.state
+	SELECT * FROM unnest($1::bytea[], $2::text[], $3::bool[], $4::bytea[], $5::text[], $6::text[], $7::bool[])
+		WITH ORDINALITY AS c(k, c_owner, complete, c_result, c_dropped, msg, perm, i)
 )
-SELECT c.i, coalesce(u.state, ''), coalesce(r.state, ''), coalesce(r.fence, 0), coalesce(r.expires_ms > clock.now, false)
-FROM c CROSS JOIN clock LEFT JOIN upd u ON u.key_hash = c.k LEFT JOIN idemkit_records r ON r.key_hash = c.k`
+UPDATE idemkit_records t SET
+	expires_ms = CASE WHEN t.lease_ms <= clock.now THEN clock.now + $8 ELSE t.expires_ms END,
+	lease_ms = 0, updated_ms = clock.now, owner = '', locked = false,
+	state = CASE WHEN c.complete THEN 'completed' WHEN c.perm OR t.attempts >= $9 THEN 'failed' ELSE 'retry' END,
+	result = CASE WHEN NOT c.complete THEN t.result WHEN c.c_dropped = '' THEN c.c_result END,
+	dropped = CASE WHEN c.complete THEN c.c_dropped ELSE t.dropped END,
+	permanent = CASE WHEN NOT c.complete AND (c.perm OR t.attempts >= $9) THEN c.perm ELSE t.permanent END,
+	errs = CASE WHEN c.complete THEN '{}'::text[]
+		ELSE ARRAY[c.msg] || CASE WHEN cardinality(t.errs) > 0 THEN ARRAY[left(t.errs[1], 256)] || t.errs[2:3] ELSE '{}'::text[] END END,
+	err_at = CASE WHEN c.complete THEN '{}'::bigint[] ELSE ARRAY[clock.now / 1000] || t.err_at[1:3] END
+FROM c, clock
+WHERE t.key_hash = c.k AND t.owner = c.c_owner AND (t.state = 'started' AND t.expires_ms > clock.now) IS TRUE
+RETURNING c.i, t.state`
 
-// extendSQL: $1 key hashes, $2 owners, $3 lease ms, $4 retention ms. One row per
-// item: its index and whether its lease was renewed.
+// completeSQL: settleSQL for a round in which every item completes, the common
+// case, with less to send and to compute: $1 key hashes, $2 owners, $3 results, $4
+// dropped, $5 retention ms.
+const completeSQL = `WITH clock AS MATERIALIZED (
+	SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now
+), c AS MATERIALIZED (
+	SELECT * FROM unnest($1::bytea[], $2::text[], $3::bytea[], $4::text[]) WITH ORDINALITY AS c(k, c_owner, c_result, c_dropped, i)
+)
+UPDATE idemkit_records t SET
+	expires_ms = CASE WHEN t.lease_ms <= clock.now THEN clock.now + $5 ELSE t.expires_ms END,
+	lease_ms = 0, updated_ms = clock.now, owner = '', locked = false, state = 'completed',
+	result = CASE WHEN c.c_dropped = '' THEN c.c_result END, dropped = c.c_dropped, errs = '{}', err_at = '{}'
+FROM c, clock
+WHERE t.key_hash = c.k AND t.owner = c.c_owner AND (t.state = 'started' AND t.expires_ms > clock.now) IS TRUE
+RETURNING c.i, t.state`
+
+// extendSQL: $1 key hashes, $2 owners, $3 lease ms, $4 retention ms. A row per
+// item renewed: its index.
 const extendSQL = `WITH clock AS MATERIALIZED (
 	SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now
 ), c AS MATERIALIZED (
 	SELECT * FROM unnest($1::bytea[], $2::text[]) WITH ORDINALITY AS c(k, c_owner, i)
-), upd AS (
-	UPDATE idemkit_records t SET lease_ms = clock.now + $3, expires_ms = clock.now + $3 + $4
-	FROM c, clock
-	WHERE t.key_hash = c.k AND t.state = 'started' AND t.owner = c.c_owner AND t.expires_ms > clock.now
-	RETURNING t.key_hash
 )
-SELECT c.i, u.key_hash IS NOT NULL FROM c LEFT JOIN upd u ON u.key_hash = c.k`
+UPDATE idemkit_records t SET lease_ms = clock.now + $3, expires_ms = clock.now + $3 + $4
+FROM c, clock
+WHERE t.key_hash = c.k AND t.owner = c.c_owner AND (t.state = 'started' AND t.expires_ms > clock.now) IS TRUE
+RETURNING c.i`
 
-// releaseSQL: $1 key hashes, $2 owners, $3 fences, $4 retention ms. One row per
-// item: its index, whether it was released, and whether it already was (a
-// release sent again after a lost reply: a retry row with the claim's fence).
+// releaseSQL: $1 key hashes, $2 owners, $3 retention ms. A row per item released:
+// its index. The others are looked up with stateSQL (a release sent again after a
+// lost reply finds a retry row with the claim's fence).
 const releaseSQL = `WITH clock AS MATERIALIZED (
 	SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now
 ), c AS MATERIALIZED (
-	SELECT * FROM unnest($1::bytea[], $2::text[], $3::bigint[]) WITH ORDINALITY AS c(k, c_owner, c_fence, i)
-), upd AS (
-	UPDATE idemkit_records t SET state = 'retry', owner = '', locked = false, lease_ms = 0, updated_ms = clock.now,
-		expires_ms = clock.now + $4, attempts = greatest(t.attempts - 1, 0)
-	FROM c, clock
-	WHERE t.key_hash = c.k AND t.state = 'started' AND t.owner = c.c_owner AND t.expires_ms > clock.now
-	RETURNING t.key_hash
+	SELECT * FROM unnest($1::bytea[], $2::text[]) WITH ORDINALITY AS c(k, c_owner, i)
 )
-SELECT c.i, u.key_hash IS NOT NULL,
-	coalesce(r.state = 'retry' AND r.fence = c.c_fence AND r.expires_ms > clock.now, false)
-FROM c CROSS JOIN clock LEFT JOIN upd u ON u.key_hash = c.k LEFT JOIN idemkit_records r ON r.key_hash = c.k`
+UPDATE idemkit_records t SET state = 'retry', owner = '', locked = false, lease_ms = 0, updated_ms = clock.now,
+	expires_ms = clock.now + $3, attempts = greatest(t.attempts - 1, 0)
+FROM c, clock
+WHERE t.key_hash = c.k AND t.owner = c.c_owner AND (t.state = 'started' AND t.expires_ms > clock.now) IS TRUE
+RETURNING c.i`
+
+// stateSQL: $1 key hashes. The live rows' state and fence, to answer calls that
+// changed nothing: sent again after a lost reply, or by an owner that lost its
+// claim.
+const stateSQL = `SELECT key_hash, state, fence FROM idemkit_records
+WHERE key_hash = ANY($1::bytea[]) AND expires_ms > (extract(epoch FROM clock_timestamp()) * 1000)::bigint`
 
 // peekSQL: $1 the key hash. The server's clock, and the row when there is one.
 const peekSQL = `SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint, r.state, r.owner, r.fence, r.attempts, r.fp,

@@ -78,10 +78,13 @@ func rounds(hashes [][]byte) [][]int {
 }
 
 // query runs one statement bounded by the call timeout and hands each row to scan.
+// The statement is planned at each execution (pgx's cache-describe mode: an
+// unnamed statement, one round trip): a plan cached while the table was small
+// (a sequential scan) would otherwise outlive its growth until the next ANALYZE.
 func (st *Store) query(ctx context.Context, op, sql string, scan func(pgx.Rows) error, args ...any) error {
 	ctx, cancel := context.WithTimeout(ctx, st.s.CallTimeout)
 	defer cancel()
-	rows, err := st.db.Query(ctx, sql, args...)
+	rows, err := st.db.Query(ctx, sql, append([]any{pgx.QueryExecModeCacheDescribe}, args...)...)
 	if err != nil {
 		return st.fail(op, err)
 	}

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/idemkit/idemkit/consumer"
@@ -13,7 +14,9 @@ import (
 // from it, so a second round is all it takes in practice).
 const maxRaces = 8
 
-// Begin claims records: one statement per round of distinct keys (claimSQL).
+// Begin claims records. Per round of distinct keys, the keys with no row are
+// claimed by one plain insert (insertSQL), and the others, when there are any,
+// by one statement that decides from their rows (claimSQL).
 func (st *Store) Begin(ctx context.Context, claims []consumer.Claim) []consumer.ClaimReply {
 	out := make([]consumer.ClaimReply, len(claims))
 	if st == nil {
@@ -41,6 +44,16 @@ func (st *Store) Begin(ctx context.Context, claims []consumer.Claim) []consumer.
 		}
 		var again []int
 		for _, round := range roundsOf(todo, hashes) {
+			round, err := st.insert(ctx, claims, hashes, round, out)
+			if err != nil {
+				for _, i := range round {
+					out[i] = consumer.ClaimReply{Err: err}
+				}
+				continue
+			}
+			if len(round) == 0 {
+				continue
+			}
 			lost, err := st.claim(ctx, claims, hashes, round, out)
 			if err != nil {
 				for _, i := range round {
@@ -77,6 +90,45 @@ func roundsOf(idx []int, hashes [][]byte) [][]int {
 		}
 	}
 	return rs
+}
+
+// insert runs insertSQL for the items round (distinct keys), fills the replies of
+// those it inserted, and returns the others.
+func (st *Store) insert(ctx context.Context, claims []consumer.Claim, hashes [][]byte, round []int, out []consumer.ClaimReply) ([]int, error) {
+	s := st.s
+	n := len(round)
+	ks, owners, fps, locked := make([][]byte, n), make([]string, n), make([][]byte, n), make([]bool, n)
+	at := make(map[string]int, n)
+	for j, i := range round {
+		c := claims[i]
+		ks[j], owners[j], locked[j] = hashes[i], c.Owner, c.Locked
+		if !c.Fingerprint.IsZero() {
+			fps[j] = append([]byte(nil), c.Fingerprint[:]...)
+		}
+		at[string(hashes[i])] = i
+	}
+	err := st.query(ctx, "begin", insertSQL, func(rows pgx.Rows) error {
+		var h []byte
+		var createdMs int64
+		if err := rows.Scan(&h, &createdMs); err != nil {
+			return err
+		}
+		i := at[string(h)]
+		delete(at, string(h))
+		out[i] = consumer.ClaimReply{Status: consumer.StatusAcquired, Fence: 1, Attempts: 1, Lease: s.Lease,
+			Created: created(createdMs), Fingerprint: claims[i].Fingerprint}
+		return nil
+	}, ks, owners, fps, locked, s.Lease.Milliseconds(), s.Retention.Milliseconds(), s.Scope)
+	if err != nil {
+		return round, err
+	}
+	rest := round[:0:0]
+	for _, i := range round {
+		if _, left := at[string(hashes[i])]; left {
+			rest = append(rest, i)
+		}
+	}
+	return rest, nil
 }
 
 // claim runs claimSQL for the items round (distinct keys), fills their replies,
@@ -138,7 +190,9 @@ func (st *Store) claim(ctx context.Context, claims []consumer.Claim, hashes [][]
 	return lost, err
 }
 
-// Settle completes or fails claimed records: one statement per round (settleSQL).
+// Settle completes or fails claimed records: one statement per round (settleSQL,
+// or completeSQL when every item completes), and a lookup of the items it did not
+// change (stateSQL).
 func (st *Store) Settle(ctx context.Context, items []consumer.Settlement) []consumer.SettleReply {
 	out := make([]consumer.SettleReply, len(items))
 	if st == nil {
@@ -151,36 +205,43 @@ func (st *Store) Settle(ctx context.Context, items []consumer.Settlement) []cons
 	hashes := st.hashes(keysOf(items, func(it consumer.Settlement) consumer.Key { return it.Key }))
 	for _, round := range rounds(hashes) {
 		n := len(round)
-		ks, owners, fences := make([][]byte, n), make([]string, n), make([]int64, n)
+		ks, owners := make([][]byte, n), make([]string, n)
 		complete, results, dropped, msgs, perms := make([]bool, n), make([][]byte, n), make([]string, n), make([]string, n), make([]bool, n)
 		for j, i := range round {
 			it := items[i]
-			ks[j], owners[j], fences[j], complete[j] = hashes[i], it.Owner, it.Fence, it.Complete
+			ks[j], owners[j], complete[j] = hashes[i], it.Owner, it.Complete
 			results[j], dropped[j], perms[j] = it.Result, it.Dropped, it.Permanent
 			msgs[j] = consumer.CapText(it.Message, maxError)
 		}
-		err := st.query(ctx, "settle", settleSQL, func(rows pgx.Rows) error {
-			var idx, fence int64
-			var set, was string
-			var live bool
-			if err := rows.Scan(&idx, &set, &was, &fence, &live); err != nil {
+		sql, args := settleSQL, []any{ks, owners, complete, results, dropped, msgs, perms, s.Retention.Milliseconds(), s.MaxAttempts}
+		if !slices.Contains(complete, false) {
+			sql, args = completeSQL, []any{ks, owners, results, dropped, s.Retention.Milliseconds()}
+		}
+		done := make([]bool, n)
+		err := st.query(ctx, "settle", sql, func(rows pgx.Rows) error {
+			var idx int64
+			var set string
+			if err := rows.Scan(&idx, &set); err != nil {
 				return err
 			}
-			i := round[idx-1]
-			it := items[i]
-			switch {
-			case set == "failed":
-				out[i].Terminal = true
-			case set != "":
-			case live && fence == it.Fence && (it.Complete && was == "completed" || !it.Complete && was == "retry"):
-				// sent again after a lost reply: answered as the first call was
-			case live && fence == it.Fence && !it.Complete && was == "failed":
-				out[i].Terminal = true
-			default:
-				out[i].Err = &consumer.LeaseLostError{Key: it.Key, Fence: it.Fence, Reason: "settle: the claim belongs to another owner or has ended"}
-			}
+			done[idx-1] = true
+			out[round[idx-1]].Terminal = set == "failed"
 			return nil
-		}, ks, owners, fences, complete, results, dropped, msgs, perms, s.Retention.Milliseconds(), s.MaxAttempts)
+		}, args...)
+		if err == nil {
+			// Unchanged: a settlement sent again after a lost reply is answered as
+			// the first one was; any other lost its claim.
+			err = st.unchanged(ctx, "settle", round, hashes, done, func(i int, state string, fence int64) {
+				it := items[i]
+				switch {
+				case fence == it.Fence && (it.Complete && state == "completed" || !it.Complete && state == "retry"):
+				case fence == it.Fence && !it.Complete && state == "failed":
+					out[i].Terminal = true
+				default:
+					out[i].Err = &consumer.LeaseLostError{Key: it.Key, Fence: it.Fence, Reason: "settle: the claim belongs to another owner or has ended"}
+				}
+			})
+		}
 		if err != nil {
 			for _, i := range round {
 				out[i] = consumer.SettleReply{Err: err}
@@ -190,26 +251,61 @@ func (st *Store) Settle(ctx context.Context, items []consumer.Settlement) []cons
 	return out
 }
 
+// unchanged looks up the live rows of the items of round that a statement did
+// not change (done false) and hands each to decide, with state "" when there is
+// none.
+func (st *Store) unchanged(ctx context.Context, op string, round []int, hashes [][]byte, done []bool, decide func(i int, state string, fence int64)) error {
+	var ks [][]byte
+	for j, i := range round {
+		if !done[j] {
+			ks = append(ks, hashes[i])
+		}
+	}
+	if len(ks) == 0 {
+		return nil
+	}
+	type found struct {
+		state string
+		fence int64
+	}
+	rows := make(map[string]found, len(ks))
+	err := st.query(ctx, op, stateSQL, func(r pgx.Rows) error {
+		var h []byte
+		var f found
+		if err := r.Scan(&h, &f.state, &f.fence); err != nil {
+			return err
+		}
+		rows[string(h)] = f
+		return nil
+	}, ks)
+	if err != nil {
+		return err
+	}
+	for j, i := range round {
+		if !done[j] {
+			f := rows[string(hashes[i])]
+			decide(i, f.state, f.fence)
+		}
+	}
+	return nil
+}
+
 // Extend renews the leases of running attempts (extendSQL).
 func (st *Store) Extend(ctx context.Context, items []consumer.Owned) []error {
-	return st.owned(ctx, "extend", items, extendSQL, func(ks [][]byte, owners []string, _ []int64) []any {
-		return []any{ks, owners, st.s.Lease.Milliseconds(), st.s.Retention.Milliseconds()}
-	})
+	return st.owned(ctx, "extend", items, extendSQL, st.s.Lease.Milliseconds(), st.s.Retention.Milliseconds())
 }
 
 // Release gives claims back without a result; the abandoned attempt is not
 // counted (releaseSQL).
 func (st *Store) Release(ctx context.Context, items []consumer.Owned) []error {
-	return st.owned(ctx, "release", items, releaseSQL, func(ks [][]byte, owners []string, fences []int64) []any {
-		return []any{ks, owners, fences, st.s.Retention.Milliseconds()}
-	})
+	return st.owned(ctx, "release", items, releaseSQL, st.s.Retention.Milliseconds())
 }
 
-// owned runs an owner compare-and-set statement (sql, with the arguments args
-// makes of a round's keys, owners and fences) per round; an item is lost when its
-// row was not changed and was not already in the asked-for state.
-func (st *Store) owned(ctx context.Context, op string, items []consumer.Owned, sql string,
-	args func(ks [][]byte, owners []string, fences []int64) []any) []error {
+// owned runs an owner compare-and-set statement (sql, over a round's keys and
+// owners, then args) per round. An item it did not change lost its claim, unless
+// it is a release sent again after a lost reply (a retry row with the claim's
+// fence).
+func (st *Store) owned(ctx context.Context, op string, items []consumer.Owned, sql string, args ...any) []error {
 	out := make([]error, len(items))
 	if st == nil {
 		for i := range out {
@@ -220,27 +316,27 @@ func (st *Store) owned(ctx context.Context, op string, items []consumer.Owned, s
 	hashes := st.hashes(keysOf(items, func(it consumer.Owned) consumer.Key { return it.Key }))
 	for _, round := range rounds(hashes) {
 		n := len(round)
-		ks, owners, fences := make([][]byte, n), make([]string, n), make([]int64, n)
+		ks, owners := make([][]byte, n), make([]string, n)
 		for j, i := range round {
-			ks[j], owners[j], fences[j] = hashes[i], items[i].Owner, items[i].Fence
+			ks[j], owners[j] = hashes[i], items[i].Owner
 		}
+		done := make([]bool, n)
 		err := st.query(ctx, op, sql, func(rows pgx.Rows) error {
 			var idx int64
-			var ok, already bool
-			var err error
-			if op == "release" {
-				err = rows.Scan(&idx, &ok, &already)
-			} else {
-				err = rows.Scan(&idx, &ok)
-			}
-			if err != nil {
+			if err := rows.Scan(&idx); err != nil {
 				return err
 			}
-			if i := round[idx-1]; !ok && !already {
-				out[i] = &consumer.LeaseLostError{Key: items[i].Key, Fence: items[i].Fence, Reason: op + ": the claim belongs to another owner or has ended"}
-			}
+			done[idx-1] = true
 			return nil
-		}, args(ks, owners, fences)...)
+		}, append([]any{ks, owners}, args...)...)
+		if err == nil {
+			err = st.unchanged(ctx, op, round, hashes, done, func(i int, state string, fence int64) {
+				if op == "release" && state == "retry" && fence == items[i].Fence {
+					return
+				}
+				out[i] = &consumer.LeaseLostError{Key: items[i].Key, Fence: items[i].Fence, Reason: op + ": the claim belongs to another owner or has ended"}
+			})
+		}
 		if err != nil {
 			for _, i := range round {
 				out[i] = err
