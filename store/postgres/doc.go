@@ -8,9 +8,12 @@
 // function given to ExecuteIdempotently, ExecuteBatch, a Pipeline, the Kafka
 // adapter or the RabbitMQ worker): they take the key, scope and fence from the
 // handler's context, run the given function in a transaction, and add one
-// statement to it, an INSERT ... ON CONFLICT DO NOTHING of the key's completion row
-// (primary key SHA-256 of scope and key; the raw key is not stored; the result is
-// kept as JSON). The business writes and the completion commit together or not at
+// statement to it, an INSERT of the key's completion row (primary key SHA-256 of
+// scope and key; the raw key is not stored; the result is kept as JSON). On a
+// pool or a connection, InTx sends that INSERT and the COMMIT to the server
+// together, so the transaction keeps its round trips: a row already there fails
+// the INSERT, and the COMMIT behind it does not run. The business writes and the
+// completion commit together or not at
 // all. When the row is already there (an earlier attempt committed and its worker
 // died before the store recorded the completion, or another owner committed
 // first), the transaction is rolled back with the function's writes and the stored
@@ -26,18 +29,30 @@
 // leases and retention on the database server's clock (clock_timestamp()), owner
 // compare-and-set on every transition, fence and attempts, fingerprint conflicts,
 // the last errors kept, and the same answers to calls sent again after a lost
-// reply. Records live in idemkit_records, keyed by SHA-256 of scope and key. A
-// batch of claims or settlements is one transaction: the keys' transaction-scoped
-// advisory locks taken in one statement in a fixed order (so that batches never
-// deadlock), one read of their rows, one upsert of every row over unnest arrays,
-// and the commit. An expired row reads as absent; Reap deletes both tables'
-// expired rows. Time-partitioned tables are not offered yet: PostgreSQL enforces a
-// unique key on a partitioned table only when the key includes the partition key,
-// and a claim knows its key but not the day its record was created, so partitions
-// by time cannot by themselves keep one record per key; a partitioned variant needs
-// a claim protocol of its own (for example, partitions by expiry day with the key's
-// current partition kept in a small unpartitioned index table). Until then expiry
-// is a bounded delete, and the table stays as large as the retention's traffic.
+// reply. Records live in idemkit_records, keyed by SHA-256 of scope and key.
+// Every call is one SQL statement over arrays of keys, in its own implicit
+// transaction (statements.go): new keys are claimed by a plain INSERT ... ON
+// CONFLICT DO NOTHING; keys with a row by one statement that locks their rows in
+// key order (so that batches never deadlock), decides each from its row and
+// writes it back; settlements, renewals and releases are owner compare-and-set
+// UPDATEs. A batch that names a key twice is sent as several statements, in
+// order. An expired row reads as absent; Reap deletes both tables'
+// expired rows.
+//
+// # Time-partitioned records
+//
+// NewPartitionedStore keeps the records in idemkit_records_by_time, partitioned
+// by the time of each record's last write, for volumes where deleting expired
+// rows (and vacuuming after them) costs too much: MaintainPartitions makes the
+// windows ahead and drops a partition once every record in it has expired (its
+// window ended more than the stores' lease + retention ago), at start-up and then
+// at least once a window. PostgreSQL enforces a unique key on a partitioned table
+// only when it includes the partition key, so the index cannot keep one record
+// per key: a claim there holds its keys' advisory locks (BEGIN, the locks, the
+// claim statement and COMMIT sent together, one round trip) and so finds the row
+// of any claim of the same key before it. A write in a later window than the
+// row's moves the row to that window's partition, so a partition only ever holds
+// rows last written in its window, which is what makes dropping it safe.
 //
 // Schema: the package ships its tables as SQL files (migrations/*.sql, embedded)
 // and creates them only when told to, by Migrate. Migrate applies the files in

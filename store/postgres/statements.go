@@ -1,7 +1,11 @@
 package postgres
 
-// The Store's statements. Each call of the Store is one of them: one statement,
-// one round trip, its own implicit transaction, whatever the batch's size. Keys
+import "strings"
+
+// The Store's statements. A call of the Store is one of them, whatever the
+// batch's size (one round trip, its own implicit transaction), except a claim in
+// which some keys have rows: a plain insert claims the new keys, and the claim
+// statement the others (two round trips). Keys
 // come as arrays (unnest ... WITH ORDINALITY numbers the items) and are distinct
 // within one statement; the Store sends a batch that names a key twice as
 // several statements, in order. Times are milliseconds of the server's clock
@@ -16,7 +20,23 @@ package postgres
 // wins and this one is sent again for that key, when it sees the row. The other
 // statements are compare-and-set updates (owner, state, expiry in the WHERE
 // clause, re-checked by PostgreSQL on the newest version of a row another
-// transaction changed meanwhile), so they need no read first.
+// transaction changed meanwhile), so they need no read first. On the
+// time-partitioned table, whose primary key includes the write time, ON CONFLICT
+// cannot find another claim's row of the same key: there the claim statement runs
+// behind its keys' advisory locks (Store.queryLocked), and every write sets
+// written_ms, the partition key.
+
+// statements are the Store's statements on one table: idemkit_records, or the
+// time-partitioned idemkit_records_by_time.
+type statements struct {
+	insert, claim, settle, complete, extend, release, state, peek string
+}
+
+func statementsOn(table string) statements {
+	on := func(sql string) string { return strings.ReplaceAll(sql, "idemkit_records", table) }
+	return statements{insert: on(insertSQL), claim: on(claimSQL), settle: on(settleSQL), complete: on(completeSQL),
+		extend: on(extendSQL), release: on(releaseSQL), state: on(stateSQL), peek: on(peekSQL)}
+}
 
 // insertSQL: $1 key hashes, $2 owners, $3 fingerprints (NULL when off), $4
 // claimed under a lock, $5 lease ms, $6 retention ms, $7 scope. The claim of keys
@@ -24,8 +44,9 @@ package postgres
 // (its hash and its creation time). The other keys (a row is there, live or
 // expired) go to claimSQL.
 const insertSQL = `INSERT INTO idemkit_records (key_hash, scope, state, owner, fence, attempts, fp, lease_ms, locked,
-	created_ms, updated_ms, expires_ms)
-SELECT c.k, $7, 'started', c.c_owner, 1, 1, c.c_fp, clock.now + $5, c.c_locked, clock.now, clock.now, clock.now + $5 + $6
+	created_ms, updated_ms, expires_ms, written_ms)
+SELECT c.k, $7, 'started', c.c_owner, 1, 1, c.c_fp, clock.now + $5, c.c_locked, clock.now, clock.now, clock.now + $5 + $6,
+	clock.now
 FROM (SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now) clock,
 	unnest($1::bytea[], $2::text[], $3::bytea[], $4::bool[]) AS c(k, c_owner, c_fp, c_locked)
 ORDER BY c.k
@@ -93,16 +114,16 @@ const claimSQL = `WITH clock AS MATERIALIZED (
 	UPDATE idemkit_records t SET state = n.state, owner = n.owner, fence = n.fence, attempts = n.attempts, fp = n.fp,
 		lease_ms = n.lease_ms, result = n.result, dropped = n.dropped, errs = n.errs, err_at = n.err_at,
 		permanent = n.permanent, locked = n.locked, created_ms = n.created_ms, updated_ms = n.updated_ms,
-		expires_ms = n.expires_ms
+		expires_ms = n.expires_ms, written_ms = n.now
 	FROM nxt n
 	WHERE t.key_hash = n.k AND n.present AND (n.claims OR n.ends)
 ), ins AS (
 	INSERT INTO idemkit_records (key_hash, scope, state, owner, fence, attempts, fp, lease_ms, result, dropped, errs,
-		err_at, permanent, locked, created_ms, updated_ms, expires_ms)
+		err_at, permanent, locked, created_ms, updated_ms, expires_ms, written_ms)
 	SELECT n.k, $8, n.state, n.owner, n.fence, n.attempts, n.fp, n.lease_ms, n.result, n.dropped, n.errs, n.err_at,
-		n.permanent, n.locked, n.created_ms, n.updated_ms, n.expires_ms
+		n.permanent, n.locked, n.created_ms, n.updated_ms, n.expires_ms, n.now
 	FROM nxt n WHERE NOT n.present ORDER BY n.k
-	ON CONFLICT (key_hash) DO NOTHING
+	ON CONFLICT DO NOTHING
 	RETURNING key_hash
 )
 SELECT n.i, n.d, n.present OR ins.key_hash IS NOT NULL, n.fence, n.attempts, n.lease_ms, n.now, n.created_ms, n.fp,
@@ -122,7 +143,7 @@ const settleSQL = `WITH clock AS MATERIALIZED (
 )
 UPDATE idemkit_records t SET
 	expires_ms = CASE WHEN t.lease_ms <= clock.now THEN clock.now + $8 ELSE t.expires_ms END,
-	lease_ms = 0, updated_ms = clock.now, owner = '', locked = false,
+	lease_ms = 0, updated_ms = clock.now, written_ms = clock.now, owner = '', locked = false,
 	state = CASE WHEN c.complete THEN 'completed' WHEN c.perm OR t.attempts >= $9 THEN 'failed' ELSE 'retry' END,
 	result = CASE WHEN NOT c.complete THEN t.result WHEN c.c_dropped = '' THEN c.c_result END,
 	dropped = CASE WHEN c.complete THEN c.c_dropped ELSE t.dropped END,
@@ -144,7 +165,7 @@ const completeSQL = `WITH clock AS MATERIALIZED (
 )
 UPDATE idemkit_records t SET
 	expires_ms = CASE WHEN t.lease_ms <= clock.now THEN clock.now + $5 ELSE t.expires_ms END,
-	lease_ms = 0, updated_ms = clock.now, owner = '', locked = false, state = 'completed',
+	lease_ms = 0, updated_ms = clock.now, written_ms = clock.now, owner = '', locked = false, state = 'completed',
 	result = CASE WHEN c.c_dropped = '' THEN c.c_result END, dropped = c.c_dropped, errs = '{}', err_at = '{}'
 FROM c, clock
 WHERE t.key_hash = c.k AND t.owner = c.c_owner AND (t.state = 'started' AND t.expires_ms > clock.now) IS TRUE
@@ -157,7 +178,7 @@ const extendSQL = `WITH clock AS MATERIALIZED (
 ), c AS MATERIALIZED (
 	SELECT * FROM unnest($1::bytea[], $2::text[]) WITH ORDINALITY AS c(k, c_owner, i)
 )
-UPDATE idemkit_records t SET lease_ms = clock.now + $3, expires_ms = clock.now + $3 + $4
+UPDATE idemkit_records t SET lease_ms = clock.now + $3, expires_ms = clock.now + $3 + $4, written_ms = clock.now
 FROM c, clock
 WHERE t.key_hash = c.k AND t.owner = c.c_owner AND (t.state = 'started' AND t.expires_ms > clock.now) IS TRUE
 RETURNING c.i`
@@ -171,6 +192,7 @@ const releaseSQL = `WITH clock AS MATERIALIZED (
 	SELECT * FROM unnest($1::bytea[], $2::text[]) WITH ORDINALITY AS c(k, c_owner, i)
 )
 UPDATE idemkit_records t SET state = 'retry', owner = '', locked = false, lease_ms = 0, updated_ms = clock.now,
+	written_ms = clock.now,
 	expires_ms = clock.now + $3, attempts = greatest(t.attempts - 1, 0)
 FROM c, clock
 WHERE t.key_hash = c.k AND t.owner = c.c_owner AND (t.state = 'started' AND t.expires_ms > clock.now) IS TRUE

@@ -1,9 +1,13 @@
 package postgres
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/idemkit/idemkit/consumer"
@@ -16,6 +20,7 @@ import (
 // commits at once, so that other workers see the claim.
 type DB interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
@@ -28,6 +33,10 @@ type DB interface {
 type Store struct {
 	db DB
 	s  consumer.Settings
+	// sql holds the statements on the store's table; partitioned says it is the
+	// time-partitioned one (NewPartitionedStore).
+	sql         statements
+	partitioned bool
 }
 
 var _ consumer.Store = (*Store)(nil)
@@ -43,7 +52,7 @@ func NewStore(db DB, opts ...consumer.Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{db: db, s: s}, nil
+	return &Store{db: db, s: s, sql: statementsOn("idemkit_records")}, nil
 }
 
 // Settings returns the store's resolved options.
@@ -62,7 +71,9 @@ func (st *Store) hash(k consumer.Key) []byte { return keyHash(st.s.Scope, k) }
 // rounds splits items into statements whose keys are distinct, keeping order: an
 // item whose key came earlier in the batch goes to the statement after that one's,
 // so that it sees the earlier item's effect, as a batch run in order would. Almost
-// every batch is one round.
+// every batch is one round. Each round is in key order: the statements lock rows in
+// the order of their arrays, and one order for every batch keeps them from
+// deadlocking.
 func rounds(hashes [][]byte) [][]int {
 	seen := make(map[string]int, len(hashes))
 	var out [][]int
@@ -73,6 +84,9 @@ func rounds(hashes [][]byte) [][]int {
 			out = append(out, make([]int, 0, len(hashes)))
 		}
 		out[r] = append(out[r], i)
+	}
+	for _, r := range out {
+		slices.SortFunc(r, func(a, b int) int { return bytes.Compare(hashes[a], hashes[b]) })
 	}
 	return out
 }
@@ -100,18 +114,78 @@ func (st *Store) query(ctx context.Context, op, sql string, scan func(pgx.Rows) 
 	return nil
 }
 
+// queryLocked is query for the claims of the time-partitioned table, where no
+// unique index keeps one record per key: sql runs in a transaction behind the
+// advisory locks of its keys (the first argument), taken in a fixed order, so
+// that two claims of a new key cannot both see it absent. BEGIN, the locks, sql
+// and COMMIT go to the server together, in one round trip; the statement is
+// planned at its execution (plan_cache_mode), as query's are.
+func (st *Store) queryLocked(ctx context.Context, op, sql string, scan func(pgx.Rows) error, args ...any) error {
+	ctx, cancel := context.WithTimeout(ctx, st.s.CallTimeout)
+	defer cancel()
+	hashes := args[0].([][]byte)
+	locks := make([]int64, len(hashes))
+	for i, h := range hashes {
+		locks[i] = int64(binary.BigEndian.Uint64(h[:8]))
+	}
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue("SET LOCAL plan_cache_mode = force_custom_plan")
+	b.Queue(`SELECT count(pg_advisory_xact_lock(x)) FROM (SELECT unnest($1::bigint[]) AS x ORDER BY 1) s`, locks)
+	b.Queue(sql, args...)
+	b.Queue("COMMIT")
+	br := st.db.SendBatch(ctx, b)
+	err := func() error {
+		for range 3 {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			if err := scan(rows); err != nil {
+				rows.Close()
+				return err
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		_, err = br.Exec()
+		return err
+	}()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return st.fail(op, err)
+	}
+	return nil
+}
+
 // fail names a failed call: a missing table or column says to run Migrate;
 // anything else is the store being unavailable (retryable).
 func (st *Store) fail(op string, err error) error {
 	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == undefinedColumn {
+	switch {
+	case errors.As(err, &pe) && pe.Code == undefinedColumn:
 		err = fmt.Errorf("postgres: %s: the table is older than this version of idemkit: run postgres.Migrate(ctx, pool): %w", pe.Message, err)
+	case errors.As(err, &pe) && pe.Code == checkViolation && strings.Contains(pe.Message, "no partition"):
+		err = fmt.Errorf("postgres: %s: run postgres.MaintainPartitions (at start-up and at least once a window) so that the partitions ahead exist: %w", pe.Message, err)
 	}
 	return &consumer.StoreError{Op: op, Err: missingSchema(err)}
 }
 
-// undefinedColumn is PostgreSQL's code for a column that is not there.
-const undefinedColumn = "42703"
+// PostgreSQL's codes for a column that is not there, and for a row that no
+// partition takes (among other check violations).
+const (
+	undefinedColumn = "42703"
+	checkViolation  = "23514"
+)
 
 func created(ms int64) time.Time { return time.UnixMilli(ms).Truncate(time.Second) }
 

@@ -44,15 +44,17 @@ func (st *Store) Begin(ctx context.Context, claims []consumer.Claim) []consumer.
 		}
 		var again []int
 		for _, round := range roundsOf(todo, hashes) {
-			round, err := st.insert(ctx, claims, hashes, round, out)
-			if err != nil {
-				for _, i := range round {
-					out[i] = consumer.ClaimReply{Err: err}
+			if !st.partitioned { // the partitioned table has no unique key_hash for a plain insert to meet
+				rest, err := st.insert(ctx, claims, hashes, round, out)
+				if err != nil {
+					for _, i := range round {
+						out[i] = consumer.ClaimReply{Err: err}
+					}
+					continue
 				}
-				continue
-			}
-			if len(round) == 0 {
-				continue
+				if round = rest; len(round) == 0 {
+					continue
+				}
 			}
 			lost, err := st.claim(ctx, claims, hashes, round, out)
 			if err != nil {
@@ -107,7 +109,7 @@ func (st *Store) insert(ctx context.Context, claims []consumer.Claim, hashes [][
 		}
 		at[string(hashes[i])] = i
 	}
-	err := st.query(ctx, "begin", insertSQL, func(rows pgx.Rows) error {
+	err := st.query(ctx, "begin", st.sql.insert, func(rows pgx.Rows) error {
 		var h []byte
 		var createdMs int64
 		if err := rows.Scan(&h, &createdMs); err != nil {
@@ -144,8 +146,12 @@ func (st *Store) claim(ctx context.Context, claims []consumer.Claim, hashes [][]
 			fps[j] = append([]byte(nil), c.Fingerprint[:]...)
 		}
 	}
+	run := st.query
+	if st.partitioned {
+		run = st.queryLocked
+	}
 	var lost []int
-	err := st.query(ctx, "begin", claimSQL, func(rows pgx.Rows) error {
+	err := run(ctx, "begin", st.sql.claim, func(rows pgx.Rows) error {
 		var (
 			idx                          int64
 			d, dropped, msg              string
@@ -213,9 +219,9 @@ func (st *Store) Settle(ctx context.Context, items []consumer.Settlement) []cons
 			results[j], dropped[j], perms[j] = it.Result, it.Dropped, it.Permanent
 			msgs[j] = consumer.CapText(it.Message, maxError)
 		}
-		sql, args := settleSQL, []any{ks, owners, complete, results, dropped, msgs, perms, s.Retention.Milliseconds(), s.MaxAttempts}
+		sql, args := st.sql.settle, []any{ks, owners, complete, results, dropped, msgs, perms, s.Retention.Milliseconds(), s.MaxAttempts}
 		if !slices.Contains(complete, false) {
-			sql, args = completeSQL, []any{ks, owners, results, dropped, s.Retention.Milliseconds()}
+			sql, args = st.sql.complete, []any{ks, owners, results, dropped, s.Retention.Milliseconds()}
 		}
 		done := make([]bool, n)
 		err := st.query(ctx, "settle", sql, func(rows pgx.Rows) error {
@@ -269,7 +275,7 @@ func (st *Store) unchanged(ctx context.Context, op string, round []int, hashes [
 		fence int64
 	}
 	rows := make(map[string]found, len(ks))
-	err := st.query(ctx, op, stateSQL, func(r pgx.Rows) error {
+	err := st.query(ctx, op, st.sql.state, func(r pgx.Rows) error {
 		var h []byte
 		var f found
 		if err := r.Scan(&h, &f.state, &f.fence); err != nil {
@@ -292,13 +298,13 @@ func (st *Store) unchanged(ctx context.Context, op string, round []int, hashes [
 
 // Extend renews the leases of running attempts (extendSQL).
 func (st *Store) Extend(ctx context.Context, items []consumer.Owned) []error {
-	return st.owned(ctx, "extend", items, extendSQL, st.s.Lease.Milliseconds(), st.s.Retention.Milliseconds())
+	return st.owned(ctx, "extend", items, st.sql.extend, st.s.Lease.Milliseconds(), st.s.Retention.Milliseconds())
 }
 
 // Release gives claims back without a result; the abandoned attempt is not
 // counted (releaseSQL).
 func (st *Store) Release(ctx context.Context, items []consumer.Owned) []error {
-	return st.owned(ctx, "release", items, releaseSQL, st.s.Retention.Milliseconds())
+	return st.owned(ctx, "release", items, st.sql.release, st.s.Retention.Milliseconds())
 }
 
 // owned runs an owner compare-and-set statement (sql, over a round's keys and
@@ -374,7 +380,7 @@ func (st *Store) Peek(ctx context.Context, key consumer.Key) (consumer.Record, e
 		errAt                                       []int64
 		permanent, locked                           *bool
 	)
-	if err := st.db.QueryRow(ctx, peekSQL, st.hash(key)).Scan(&now, &state, &owner, &fence, &attempts, &fp, &lease, &result,
+	if err := st.db.QueryRow(ctx, st.sql.peek, st.hash(key)).Scan(&now, &state, &owner, &fence, &attempts, &fp, &lease, &result,
 		&dropped, &errs, &errAt, &permanent, &locked, &createdMs, &updatedMs, &expires); err != nil {
 		return consumer.Record{}, st.fail("peek", err)
 	}

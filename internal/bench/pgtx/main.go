@@ -13,7 +13,8 @@
 // It prints each lane's p50 and p99 latency per message and messages/s, and the
 // transaction's p50 and p99 with InTx against without it; then the PostgreSQL
 // Store's batch path (ExecuteBatch, B=100) against the same number of plain
-// INSERT ... ON CONFLICT DO NOTHING and UPDATE statements, with the server's CPU.
+// INSERT ... ON CONFLICT DO NOTHING and UPDATE statements, with the server's CPU,
+// and the time-partitioned Store's beside them.
 package main
 
 import (
@@ -204,27 +205,43 @@ func storeLanes(ctx context.Context, pool *pgxpool.Pool, rep, n int) error {
 	if err != nil {
 		return err
 	}
+	if _, _, err := postgres.MaintainPartitions(ctx, pool, postgres.Partitioning{Keep: 8 * 24 * time.Hour}); err != nil {
+		return err
+	}
+	parted, err := postgres.NewPartitionedStore(pool, consumer.WithScope("bench-"+strconv.Itoa(rep)))
+	if err != nil {
+		return err
+	}
 	noop := func(context.Context, int, consumer.BatchItem) (string, error) { return "ok", nil }
-	var storeTook, refTook, storeCPU, refCPU time.Duration
-	// The first 100 of each lane are not counted: they prepare the statements on
-	// the pool's connections.
-	for start := -100; start < n; start += 100 {
-		if start == 0 {
-			storeTook, refTook, storeCPU, refCPU = 0, 0, 0, 0
-		}
+	var storeTook, refTook, partTook, storeCPU, refCPU, partCPU time.Duration
+	batch := func(s consumer.Store, prefix string, start int, took, cpu *time.Duration) error {
 		items := make([]consumer.BatchItem, 0, 100)
 		for i := start; i < min(start+100, n); i++ {
-			items = append(items, consumer.BatchItem{Key: consumer.Key(fmt.Sprint("s", rep, "_", i))})
+			items = append(items, consumer.BatchItem{Key: consumer.Key(fmt.Sprint(prefix, rep, "_", i))})
 		}
 		c0, t := serverCPU(), time.Now()
-		for _, res := range consumer.ExecuteBatch(ctx, store, items, noop) {
+		for _, res := range consumer.ExecuteBatch(ctx, s, items, noop) {
 			if res.Outcome != consumer.Success {
 				return fmt.Errorf("store lane: %v %v", res.Outcome, res.Err)
 			}
 		}
-		storeTook, storeCPU = storeTook+time.Since(t), storeCPU+serverCPU()-c0
+		*took, *cpu = *took+time.Since(t), *cpu+serverCPU()-c0
+		return nil
+	}
+	// The first 100 of each lane are not counted: they prepare the statements on
+	// the pool's connections.
+	for start := -100; start < n; start += 100 {
+		if start == 0 {
+			storeTook, refTook, partTook, storeCPU, refCPU, partCPU = 0, 0, 0, 0, 0, 0
+		}
+		if err := batch(store, "s", start, &storeTook, &storeCPU); err != nil {
+			return err
+		}
+		if err := batch(parted, "t", start, &partTook, &partCPU); err != nil {
+			return err
+		}
 
-		c0, t = serverCPU(), time.Now()
+		c0, t := serverCPU(), time.Now()
 		var ins, upd pgx.Batch
 		for i := start; i < min(start+100, n); i++ {
 			k := fmt.Sprint("p", rep, "_", i)
@@ -245,6 +262,9 @@ func storeLanes(ctx context.Context, pool *pgxpool.Pool, rep, n int) error {
 	}
 	fmt.Printf("  PostgreSQL Store, ExecuteBatch B=100: %.0f msgs/s, server CPU %.1f us/msg; plain INSERT ON CONFLICT + UPDATE, pgx batches of 100: %.0f msgs/s, %.1f us/msg; ratio %.2fx (>= 0.7x: %s)\n",
 		sr, float64(storeCPU.Microseconds())/float64(n), rr, float64(refCPU.Microseconds())/float64(n), sr/rr, verdict)
+	pr := float64(n) / partTook.Seconds()
+	fmt.Printf("  partitioned Store (daily windows), ExecuteBatch B=100: %.0f msgs/s, server CPU %.1f us/msg; %.2fx the plain Store, %.2fx the reference\n",
+		pr, float64(partCPU.Microseconds())/float64(n), pr/sr, pr/rr)
 	return nil
 }
 
