@@ -96,6 +96,9 @@ func rounds(hashes [][]byte) [][]int {
 // unnamed statement, one round trip): a plan cached while the table was small
 // (a sequential scan) would otherwise outlive its growth until the next ANALYZE.
 func (st *Store) query(ctx context.Context, op, sql string, scan func(pgx.Rows) error, args ...any) error {
+	if st.partitioned {
+		return st.queryTx(ctx, op, sql, scan, false, args...)
+	}
 	ctx, cancel := context.WithTimeout(ctx, st.s.CallTimeout)
 	defer cancel()
 	rows, err := st.db.Query(ctx, sql, append([]any{pgx.QueryExecModeCacheDescribe}, args...)...)
@@ -115,28 +118,45 @@ func (st *Store) query(ctx context.Context, op, sql string, scan func(pgx.Rows) 
 }
 
 // queryLocked is query for the claims of the time-partitioned table, where no
-// unique index keeps one record per key: sql runs in a transaction behind the
-// advisory locks of its keys (the first argument), taken in a fixed order, so
-// that two claims of a new key cannot both see it absent. BEGIN, the locks, sql
-// and COMMIT go to the server together, in one round trip; the statement is
-// planned at its execution (plan_cache_mode), as query's are.
+// unique index keeps one record per key: sql runs behind the advisory locks of
+// its keys (the first argument), taken in a fixed order, so that two claims of a
+// new key cannot both see it absent.
 func (st *Store) queryLocked(ctx context.Context, op, sql string, scan func(pgx.Rows) error, args ...any) error {
+	return st.queryTx(ctx, op, sql, scan, true, args...)
+}
+
+// partitionedPlans are the planner settings of the statements on the
+// time-partitioned table: planned at each execution, and by index. Each lookup by
+// key is a probe of every partition's index there, which the planner prices above
+// a hash join over whole partitions; the scan it then picks grows with the table.
+// Without JIT compilation: the prices of those plans pass its threshold, and
+// compiling costs tens of milliseconds where the statement takes one.
+const partitionedPlans = `SELECT set_config('plan_cache_mode', 'force_custom_plan', true), set_config('jit', 'off', true),
+	set_config('enable_seqscan', 'off', true), set_config('enable_hashjoin', 'off', true),
+	set_config('enable_mergejoin', 'off', true)`
+
+// queryTx runs sql as query does, in a transaction with partitionedPlans, behind
+// its keys' advisory locks when lock is set: BEGIN, the settings, the locks, sql
+// and COMMIT go to the server together, in one round trip.
+func (st *Store) queryTx(ctx context.Context, op, sql string, scan func(pgx.Rows) error, lock bool, args ...any) error {
 	ctx, cancel := context.WithTimeout(ctx, st.s.CallTimeout)
 	defer cancel()
-	hashes := args[0].([][]byte)
-	locks := make([]int64, len(hashes))
-	for i, h := range hashes {
-		locks[i] = int64(binary.BigEndian.Uint64(h[:8]))
-	}
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	b.Queue("SET LOCAL plan_cache_mode = force_custom_plan")
-	b.Queue(`SELECT count(pg_advisory_xact_lock(x)) FROM (SELECT unnest($1::bigint[]) AS x ORDER BY 1) s`, locks)
+	b.Queue(partitionedPlans)
+	if lock {
+		hashes := args[0].([][]byte)
+		locks := make([]int64, len(hashes))
+		for i, h := range hashes {
+			locks[i] = int64(binary.BigEndian.Uint64(h[:8]))
+		}
+		b.Queue(`SELECT count(pg_advisory_xact_lock(x)) FROM (SELECT unnest($1::bigint[]) AS x ORDER BY 1) s`, locks)
+	}
 	b.Queue(sql, args...)
 	b.Queue("COMMIT")
 	br := st.db.SendBatch(ctx, b)
 	err := func() error {
-		for range 3 {
+		for range len(b.QueuedQueries) - 2 {
 			if _, err := br.Exec(); err != nil {
 				return err
 			}
