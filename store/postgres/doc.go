@@ -32,7 +32,7 @@
 // reply. Records live in idemkit_records, keyed by SHA-256 of scope and key.
 // Every call is one SQL statement over arrays of keys, in its own implicit
 // transaction (statements.go): new keys are claimed by a plain INSERT ... ON
-// CONFLICT DO NOTHING; keys with a row by one statement that locks their rows in
+// CONFLICT DO NOTHING; keys with a row by a second statement that locks their rows in
 // key order (so that batches never deadlock), decides each from its row and
 // writes it back; settlements, renewals and releases are owner compare-and-set
 // UPDATEs. A batch that names a key twice is sent as several statements, in

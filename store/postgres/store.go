@@ -29,7 +29,8 @@ type DB interface {
 // semantics of the Redis store (it passes the same conformance suite). Leases and
 // retention run on the database server's clock. Every call (a batch of claims,
 // settlements, renewals or releases) is one SQL statement over arrays of keys
-// (statements.go), bounded by the store's call timeout.
+// (statements.go; a batch of claims in which some keys have rows: two), bounded
+// by the store's call timeout.
 type Store struct {
 	db DB
 	s  consumer.Settings
