@@ -80,7 +80,7 @@ func TestCrashMatrixRabbitMQ(t *testing.T) {
 	if reps < 1 {
 		reps = 2
 	}
-	for _, storeKind := range []string{"redis", "postgres"} {
+	for _, storeKind := range []string{"redis", "postgres", "partitioned"} {
 		for _, point := range []string{crashBeforeWrites, crashBeforeCommit, crashAfterCommit, crashAfterComplete} {
 			for rep := range reps {
 				t.Run(fmt.Sprintf("%s/%s/%d", storeKind, point, rep), func(t *testing.T) { crashRunAMQP(t, storeKind, point) })
@@ -92,7 +92,7 @@ func TestCrashMatrixRabbitMQ(t *testing.T) {
 func crashRunAMQP(t *testing.T, storeKind, point string) {
 	const n = 1000
 	url := testenv.AMQP(t)
-	pool := migrated(t)
+	pool := crashSchema(t, storeKind)
 	var schema string
 	if err := pool.QueryRow(context.Background(), `SELECT current_schema()`).Scan(&schema); err != nil {
 		t.Fatal(err)

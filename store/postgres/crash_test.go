@@ -39,7 +39,7 @@ const (
 	envRedis      = "IDEMKIT_TEST_REDIS"
 	envPrefix     = "IDEMKIT_TEST_PREFIX"
 	envSchema     = "IDEMKIT_TEST_SCHEMA"
-	envStore      = "IDEMKIT_TEST_STORE" // "redis" (claims in Redis) or "postgres" (the Store alone)
+	envStore      = "IDEMKIT_TEST_STORE" // "redis" (claims in Redis), "postgres" (the Store alone) or "partitioned"
 )
 
 // crashAfter is how many events a member charges before it crashes.
@@ -89,9 +89,12 @@ func newCharger(ctx context.Context, point, storeKind, redisAddr, prefix, schema
 		return nil, err
 	}
 	opts := []consumer.Option{consumer.WithPrefix(prefix), consumer.WithScope("payments"), consumer.WithLease(time.Second)}
-	if storeKind == "postgres" {
+	switch storeKind {
+	case "postgres":
 		c.store, err = NewStore(c.pool, opts...)
-	} else {
+	case "partitioned":
+		c.store, err = NewPartitionedStore(c.pool, opts...)
+	default:
 		c.store, err = consumer.NewRedisStore(c.rdb, opts...)
 	}
 	if err != nil {
@@ -168,15 +171,15 @@ func (a afterComplete) OnOutcome(_ *kgo.Record, o consumer.Outcome) { a.c.comple
 // The crash-point matrix through the Kafka adapter: 1,000 payments (a fifth
 // published twice) charged by a member process that is SIGKILLed at one of four
 // points after 300 charges, then by a survivor: the business table holds exactly
-// one row per payment every time, and nothing is lost; with the claims in Redis
-// and with the PostgreSQL Store alone. IDEMKIT_CRASH_REPS sets the
-// repetitions per point (default 2).
+// one row per payment every time, and nothing is lost; with the claims in Redis,
+// with the PostgreSQL Store alone, and with the time-partitioned Store.
+// IDEMKIT_CRASH_REPS sets the repetitions per point (default 2).
 func TestCrashMatrixKafka(t *testing.T) {
 	reps, _ := strconv.Atoi(os.Getenv("IDEMKIT_CRASH_REPS"))
 	if reps < 1 {
 		reps = 2
 	}
-	for _, storeKind := range []string{"redis", "postgres"} {
+	for _, storeKind := range []string{"redis", "postgres", "partitioned"} {
 		for _, point := range []string{crashBeforeWrites, crashBeforeCommit, crashAfterCommit, crashAfterComplete} {
 			for rep := range reps {
 				t.Run(fmt.Sprintf("%s/%s/%d", storeKind, point, rep), func(t *testing.T) { crashRun(t, storeKind, point) })
@@ -185,9 +188,23 @@ func TestCrashMatrixKafka(t *testing.T) {
 	}
 }
 
+// crashSchema is migrated, with ten-second partitions for ten minutes ahead for
+// the partitioned store (so that some runs cross a window).
+func crashSchema(t *testing.T, storeKind string) *pgxpool.Pool {
+	t.Helper()
+	pool := migrated(t)
+	if storeKind == "partitioned" {
+		p := Partitioning{Window: 10 * time.Second, Ahead: 10 * time.Minute, Keep: time.Hour}
+		if _, _, err := MaintainPartitions(context.Background(), pool, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return pool
+}
+
 func crashRun(t *testing.T, storeKind, point string) {
 	const n = 1000
-	pool := migrated(t)
+	pool := crashSchema(t, storeKind)
 	var schema string
 	if err := pool.QueryRow(context.Background(), `SELECT current_schema()`).Scan(&schema); err != nil {
 		t.Fatal(err)
