@@ -77,6 +77,13 @@ func (t *pgxTx) rollback(ctx context.Context) {
 // reports applied when the key's completion row was already there: the
 // transaction is then rolled back.
 func (t *pgxTx) commit(ctx context.Context, args ...any) (applied bool, err error) {
+	if t.conn != nil && t.conn.PgConn().TxStatus() != 'T' {
+		// The function ended the transaction itself (Commit, Rollback, a raw
+		// COMMIT) or left it aborted: recording the completion now would record an
+		// effect that may not be there.
+		t.rollback(ctx)
+		return false, errors.New("postgres: InTx: the function ended its transaction or left it failed (call neither Commit nor Rollback on it, and return the error of a failed statement): nothing was recorded")
+	}
 	if t.conn != nil {
 		b := &pgx.Batch{}
 		b.Queue(insertCompletionOrFail, args...)

@@ -36,7 +36,9 @@
 // key order (so that batches never deadlock), decides each from its row and
 // writes it back; settlements, renewals and releases are owner compare-and-set
 // UPDATEs. A batch that names a key twice is sent as several statements, in
-// order. An expired row reads as absent; Reap deletes both tables'
+// order. The statements are written for READ COMMITTED, PostgreSQL's default:
+// under a stricter default_transaction_isolation they stay correct but meet more
+// serialization failures (retryable errors) when keys are contended. An expired row reads as absent; Reap deletes both tables'
 // expired rows.
 //
 // # Time-partitioned records

@@ -60,7 +60,8 @@ const partitionLock int64 = 0x6964656d6b697402
 // idemkit_records_by_time_<start>_<end> (milliseconds of the server's clock);
 // others attached by hand are left alone. Runs from several processes at once are
 // serialised by an advisory lock; creating and dropping a partition locks the
-// table briefly. Run it at start-up and at least once a window (hourly for daily
+// table briefly, and a run that cannot have that lock within 5 seconds fails (run
+// it again later) rather than hold up the stores' statements queued behind it. Run it at start-up and at least once a window (hourly for daily
 // windows). A write for which no partition exists fails with an error naming this
 // function.
 func MaintainPartitions(ctx context.Context, db Beginner, p Partitioning) (made, dropped []string, err error) {
@@ -86,9 +87,12 @@ func MaintainPartitions(ctx context.Context, db Beginner, p Partitioning) (made,
 		return nil, nil, fmt.Errorf("postgres: MaintainPartitions: begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	// Creating or dropping a partition waits for the table's lock behind every
+	// statement on it, and every later statement waits behind that: give up after
+	// a few seconds (and be run again) rather than stall the stores.
 	var now int64
-	if err := tx.QueryRow(ctx, `SELECT pg_advisory_xact_lock($1), (extract(epoch FROM clock_timestamp()) * 1000)::bigint`,
-		partitionLock).Scan(nil, &now); err != nil {
+	if err := tx.QueryRow(ctx, `SELECT pg_advisory_xact_lock($1), (extract(epoch FROM clock_timestamp()) * 1000)::bigint,
+		set_config('lock_timeout', '5s', true)`, partitionLock).Scan(nil, &now, nil); err != nil {
 		return nil, nil, fmt.Errorf("postgres: MaintainPartitions: %w", missingSchema(err))
 	}
 	parts, err := partitions(ctx, tx)

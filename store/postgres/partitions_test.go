@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/consumer/consumertest"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -77,9 +78,19 @@ func TestMemoryAndPartitionedAgree(t *testing.T) {
 
 // 64 goroutines deliver 1,000 keys 5 times each: every key's handler runs once,
 // though no unique index on the key alone guards the partitioned table (the
-// claim's advisory locks do).
+// claim's advisory locks do), and though the server's default isolation is
+// REPEATABLE READ (whose snapshot, taken before the locks, would not see the
+// claim that held them first).
 func TestPartitionedRaceExactlyOnce(t *testing.T) {
-	store, err := NewPartitionedStore(partitioned(t, 10*time.Second, 3*time.Minute), consumer.WithScope("race"))
+	pool := partitioned(t, 10*time.Second, 3*time.Minute)
+	cfg := pool.Config()
+	cfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = "repeatable read"
+	rr, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rr.Close()
+	store, err := NewPartitionedStore(rr, consumer.WithScope("race"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,5 +171,36 @@ func TestMaintainPartitionsBadInput(t *testing.T) {
 	}
 	if _, _, err := MaintainPartitions(ctx, pool, Partitioning{Keep: time.Hour}); err == nil || !strings.Contains(err.Error(), "Migrate") {
 		t.Fatalf("no table: %v", err)
+	}
+}
+
+// A call that fails (here: no partition for the write) leaves the connection
+// usable: given a single connection, the store works once the partitions exist.
+func TestPartitionedConnectionOutlivesAFailedCall(t *testing.T) {
+	pool := schemaPool(t)
+	ctx := context.Background()
+	if err := Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	store, err := NewPartitionedStore(conn, consumer.WithScope("conn"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := store.Begin(ctx, []consumer.Claim{{Key: "k", Owner: "o"}}); r[0].Err == nil {
+		t.Fatal("a claim with no partition succeeded")
+	}
+	if _, _, err := MaintainPartitions(ctx, pool, Partitioning{Keep: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if r := store.Begin(ctx, []consumer.Claim{{Key: "k", Owner: "o"}}); r[0].Err != nil || r[0].Status != consumer.StatusAcquired {
+		t.Fatalf("the claim after the failed one: %v %v", r[0].Status, r[0].Err)
+	}
+	if rec, err := store.Peek(ctx, "k"); err != nil || rec.State != "started" {
+		t.Fatalf("peek: %s %v", rec.State, err)
 	}
 }

@@ -64,9 +64,6 @@ func (st *Store) Settings() consumer.Settings {
 	return st.s
 }
 
-// maxError is the Redis record's cap on an error's text.
-const maxError = 8 << 10
-
 func (st *Store) hash(k consumer.Key) []byte { return keyHash(st.s.Scope, k) }
 
 // rounds splits items into statements whose keys are distinct, keeping order: an
@@ -136,14 +133,17 @@ const partitionedPlans = `SELECT set_config('plan_cache_mode', 'force_custom_pla
 	set_config('enable_seqscan', 'off', true), set_config('enable_hashjoin', 'off', true),
 	set_config('enable_mergejoin', 'off', true)`
 
-// queryTx runs sql as query does, in a transaction with partitionedPlans, behind
-// its keys' advisory locks when lock is set: BEGIN, the settings, the locks, sql
-// and COMMIT go to the server together, in one round trip.
+// queryTx runs sql as query does, in a READ COMMITTED transaction with
+// partitionedPlans, behind its keys' advisory locks when lock is set: BEGIN, the
+// settings, the locks, sql and COMMIT go to the server together, in one round
+// trip.
 func (st *Store) queryTx(ctx context.Context, op, sql string, scan func(pgx.Rows) error, lock bool, args ...any) error {
 	ctx, cancel := context.WithTimeout(ctx, st.s.CallTimeout)
 	defer cancel()
 	b := &pgx.Batch{}
-	b.Queue("BEGIN")
+	// READ COMMITTED whatever the server's default: each statement's snapshot is
+	// then taken after the locks before it are granted.
+	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	b.Queue(partitionedPlans)
 	if lock {
 		hashes := args[0].([][]byte)
@@ -181,6 +181,13 @@ func (st *Store) queryTx(ctx context.Context, op, sql string, scan func(pgx.Rows
 	}()
 	if cerr := br.Close(); err == nil {
 		err = cerr
+	}
+	if tx := br.Tx(); tx != nil {
+		// After the COMMIT this only hands a pool its connection back; after an
+		// error it ends the aborted transaction, so the connection is usable again.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), st.s.CallTimeout)
+		_ = tx.Rollback(rctx)
+		cancel()
 	}
 	if err != nil {
 		return st.fail(op, err)

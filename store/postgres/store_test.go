@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/consumer/consumertest"
@@ -122,4 +123,73 @@ func TestMemoryAndPostgresAgree(t *testing.T) {
 	consumertest.Agree(t, func(t *testing.T, opts ...consumer.Option) (consumer.Store, error) {
 		return NewStore(pool, append(opts, consumer.WithScope(fmt.Sprint("agree-", n.Add(1))))...)
 	})
+}
+
+// An error text PostgreSQL's text type refuses (NUL, invalid UTF-8) is stored
+// with those bytes replaced, and the other items of the settlement are settled.
+func TestUnstorableErrorText(t *testing.T) {
+	store, err := NewStore(migrated(t), consumer.WithScope("text"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	reps := store.Begin(ctx, []consumer.Claim{{Key: "a", Owner: "o"}, {Key: "b", Owner: "o"}})
+	got := store.Settle(ctx, []consumer.Settlement{
+		{Key: "a", Owner: "o", Fence: reps[0].Fence, Message: "bad \x00 byte and \xff"},
+		{Key: "b", Owner: "o", Fence: reps[1].Fence, Complete: true, Result: []byte(`"ok"`)},
+	})
+	if got[0].Err != nil || got[1].Err != nil {
+		t.Fatalf("settle: %v, %v", got[0].Err, got[1].Err)
+	}
+	rec, err := store.Peek(ctx, "a")
+	if err != nil || rec.State != "retry" || rec.Error != "bad \uFFFD byte and \uFFFD" {
+		t.Fatalf("a: %s %q %v", rec.State, rec.Error, err)
+	}
+	if rec, _ := store.Peek(ctx, "b"); rec.State != "completed" {
+		t.Fatalf("b: %s", rec.State)
+	}
+}
+
+// Reap deletes only rows that are still expired when it gets to them: a row a
+// claim revives in place while Reap waits for it stays, and holds the claim.
+func TestReapLeavesARevivedRow(t *testing.T) {
+	pool := migrated(t)
+	ctx := context.Background()
+	store, err := NewStore(pool, consumer.WithScope("reap"), consumer.WithLease(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := store.Begin(ctx, []consumer.Claim{{Key: "k", Owner: "a"}}); r[0].Status != consumer.StatusAcquired {
+		t.Fatalf("first claim: %+v", r[0])
+	}
+	if _, err := pool.Exec(ctx, `UPDATE idemkit_records SET expires_ms = 0, lease_ms = 0`); err != nil { // expire it
+		t.Fatal(err)
+	}
+	// Hold the row as a claim reviving it would, then let Reap run against it.
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE idemkit_records SET expires_ms = (extract(epoch FROM clock_timestamp()) * 1000)::bigint + 600000,
+		lease_ms = (extract(epoch FROM clock_timestamp()) * 1000)::bigint + 60000, owner = 'b', state = 'started'`); err != nil {
+		t.Fatal(err)
+	}
+	reaped := make(chan int64, 1)
+	go func() {
+		n, err := Reap(ctx, pool, 10)
+		if err != nil {
+			t.Error(err)
+		}
+		reaped <- n
+	}()
+	time.Sleep(300 * time.Millisecond) // Reap has read the expired row and waits for the lock
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := <-reaped; n != 0 {
+		t.Fatalf("Reap deleted %d rows, among them the revived one", n)
+	}
+	if r := store.Begin(ctx, []consumer.Claim{{Key: "k", Owner: "c"}}); r[0].Status != consumer.StatusInProgress {
+		t.Fatalf("a third owner's claim: %v (fence %d)", r[0].Status, r[0].Fence)
+	}
 }

@@ -3,9 +3,11 @@ package postgres
 import (
 	"context"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/lua"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -217,7 +219,7 @@ func (st *Store) Settle(ctx context.Context, items []consumer.Settlement) []cons
 			it := items[i]
 			ks[j], owners[j], complete[j] = hashes[i], it.Owner, it.Complete
 			results[j], dropped[j], perms[j] = it.Result, it.Dropped, it.Permanent
-			msgs[j] = consumer.CapText(it.Message, maxError)
+			msgs[j] = lua.CapError(storableText(it.Message))
 		}
 		sql, args := st.sql.settle, []any{ks, owners, complete, results, dropped, msgs, perms, s.Retention.Milliseconds(), s.MaxAttempts}
 		if !slices.Contains(complete, false) {
@@ -255,6 +257,13 @@ func (st *Store) Settle(ctx context.Context, items []consumer.Settlement) []cons
 		}
 	}
 	return out
+}
+
+// storableText is s as a text column takes it: PostgreSQL refuses NUL and invalid
+// UTF-8, and an error text it refused would fail the whole settlement, the other
+// items' with it, at every attempt.
+func storableText(s string) string {
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
 }
 
 // unchanged looks up the live rows of the items of round that a statement did

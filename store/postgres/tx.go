@@ -258,8 +258,12 @@ func Reap(ctx context.Context, db interface {
 	if limit < 1 {
 		return 0, fmt.Errorf("postgres: Reap(%d): give a limit of at least 1", limit)
 	}
+	// The expiry is tested again on the row deleted: the subquery's rows are read
+	// once, and a row a claim revived meanwhile (the Store updates an expired row in
+	// place) must not go.
 	tag, err := db.Exec(ctx, `DELETE FROM idemkit_completions WHERE key_hash IN (
-		SELECT key_hash FROM idemkit_completions WHERE expires_at < now() ORDER BY expires_at LIMIT $1)`, limit)
+		SELECT key_hash FROM idemkit_completions WHERE expires_at < now() ORDER BY expires_at LIMIT $1)
+		AND expires_at < now()`, limit)
 	if err != nil {
 		return 0, txError(err)
 	}
@@ -267,7 +271,8 @@ func Reap(ctx context.Context, db interface {
 	if left := int64(limit) - n; left > 0 { // the Store's records, when its table exists
 		tag, err = db.Exec(ctx, `DELETE FROM idemkit_records WHERE key_hash IN (
 			SELECT key_hash FROM idemkit_records WHERE expires_ms < (extract(epoch FROM clock_timestamp()) * 1000)::bigint
-			ORDER BY expires_ms LIMIT $1)`, left)
+			ORDER BY expires_ms LIMIT $1)
+			AND expires_ms < (extract(epoch FROM clock_timestamp()) * 1000)::bigint`, left)
 		if err != nil {
 			return n, txError(err)
 		}

@@ -344,3 +344,29 @@ func TestInTxOnPoolConnectionAndTransaction(t *testing.T) {
 		t.Fatalf("InTx kept %d connections of the pool", st.AcquiredConns())
 	}
 }
+
+// A function that ends InTx's transaction itself (here: Rollback, then no error)
+// gets an error, and no completion is recorded for an effect that is not there.
+func TestInTxFunctionEndsItsTransaction(t *testing.T) {
+	pool := migrated(t)
+	store, _ := consumer.NewMemoryStore(consumer.WithScope("ended"))
+	ctx := context.Background()
+	r := consumer.ExecuteIdempotently(ctx, store, "k", nil, func(ctx context.Context) (string, error) {
+		return InTx(ctx, pool, func(ctx context.Context, tx pgx.Tx) (string, error) {
+			if _, err := tx.Exec(ctx, `INSERT INTO charges VALUES ('k', 1)`); err != nil {
+				return "", err
+			}
+			return "ch", tx.Rollback(ctx)
+		})
+	})
+	if r.Outcome == consumer.Success || r.Err == nil || !strings.Contains(r.Err.Error(), "ended its transaction") {
+		t.Fatalf("outcome %v, err %v", r.Outcome, r.Err)
+	}
+	var completions int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM idemkit_completions`).Scan(&completions); err != nil || completions != 0 {
+		t.Fatalf("%d completion rows, %v", completions, err)
+	}
+	if got := rows(t, pool, "charges"); len(got) != 0 {
+		t.Fatalf("charges: %v", got)
+	}
+}
