@@ -115,7 +115,7 @@ func InTx[T any](ctx context.Context, db Beginner, fn func(ctx context.Context, 
 	if err != nil {
 		return zero, fmt.Errorf("postgres: begin: %w", err)
 	}
-	v, err := fn(ctx, t.tx)
+	v, err := callTx(ctx, t, fn)
 	if err != nil {
 		t.rollback(ctx)
 		return zero, err
@@ -134,6 +134,18 @@ func InTx[T any](ctx context.Context, db Beginner, fn func(ctx context.Context, 
 		return zero, txError(err)
 	}
 	return v, nil
+}
+
+// callTx runs fn in t; a panic in fn rolls t back (giving a pool its connection)
+// before it goes on up to the handler's caller, which recovers it.
+func callTx[T any](ctx context.Context, t *pgxTx, fn func(ctx context.Context, tx pgx.Tx) (T, error)) (T, error) {
+	defer func() {
+		if p := recover(); p != nil {
+			t.rollback(ctx)
+			panic(p)
+		}
+	}()
+	return fn(ctx, t.tx)
 }
 
 // storedPgx reads the committed completion of h and answers with it.
@@ -203,7 +215,15 @@ func InSQLTx[T any](ctx context.Context, db *sql.DB, fn func(ctx context.Context
 	if err != nil {
 		return zero, fmt.Errorf("postgres: begin: %w", err)
 	}
-	v, err := fn(ctx, tx)
+	v, err := func() (T, error) {
+		defer func() { // a panic in fn: give database/sql its connection back first
+			if p := recover(); p != nil {
+				_ = tx.Rollback()
+				panic(p)
+			}
+		}()
+		return fn(ctx, tx)
+	}()
 	if err != nil {
 		_ = tx.Rollback()
 		return zero, err

@@ -370,3 +370,38 @@ func TestInTxFunctionEndsItsTransaction(t *testing.T) {
 		t.Fatalf("charges: %v", got)
 	}
 }
+
+// A function that panics: the engine makes it a retryable failure, and InTx gives
+// the pool its connection back (a pool of one connection serves the next calls).
+func TestInTxPanicGivesTheConnectionBack(t *testing.T) {
+	base := migrated(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg := base.Config()
+	cfg.MaxConns = 1
+	one, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer one.Close()
+	store, _ := consumer.NewMemoryStore(consumer.WithScope("panics"))
+	for k := range 3 {
+		r := consumer.ExecuteIdempotently(ctx, store, consumer.Key(fmt.Sprint("p", k)), nil, func(ctx context.Context) (string, error) {
+			return InTx(ctx, one, func(ctx context.Context, tx pgx.Tx) (string, error) {
+				if _, err := tx.Exec(ctx, `INSERT INTO charges VALUES ('p', 1)`); err != nil {
+					return "", err
+				}
+				panic("handler bug")
+			})
+		})
+		if r.Outcome != consumer.Error || r.Err == nil {
+			t.Fatalf("panic %d: %v %v", k, r.Outcome, r.Err)
+		}
+	}
+	if st := one.Stat(); st.AcquiredConns() != 0 {
+		t.Fatalf("InTx kept %d connections after panics", st.AcquiredConns())
+	}
+	if got := rows(t, base, "charges"); len(got) != 0 {
+		t.Fatalf("charges after panics: %v", got)
+	}
+}
