@@ -23,7 +23,7 @@ import "strings"
 // transaction changed meanwhile), so they need no read first. On the
 // time-partitioned table, whose primary key includes the write time, ON CONFLICT
 // cannot find another claim's row of the same key: there the claim statement runs
-// behind its keys' advisory locks (Store.queryLocked), and every write sets
+// behind its keys' advisory locks (Store.run with lock), and every write sets
 // written_ms, the partition key.
 
 // statements are the Store's statements on one table: idemkit_records, or the

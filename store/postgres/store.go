@@ -90,12 +90,21 @@ func rounds(hashes [][]byte) [][]int {
 }
 
 // query runs one statement bounded by the call timeout and hands each row to scan.
-// The statement is planned at each execution (pgx's cache-describe mode: an
-// unnamed statement, one round trip): a plan cached while the table was small
-// (a sequential scan) would otherwise outlive its growth until the next ANALYZE.
 func (st *Store) query(ctx context.Context, op, sql string, scan func(pgx.Rows) error, args ...any) error {
+	return st.run(ctx, op, sql, false, scan, args...)
+}
+
+// run is query; lock (the claims of the time-partitioned table, where no unique
+// index keeps one record per key) runs sql behind the advisory locks of its keys
+// (the first argument), taken in a fixed order, so that two claims of a new key
+// cannot both see it absent. On the plain table the statement is planned at each
+// execution (pgx's cache-describe mode: an unnamed statement, one round trip): a
+// plan cached while the table was small (a sequential scan) would otherwise
+// outlive its growth until the next ANALYZE. The partitioned table's statements
+// go through queryTx.
+func (st *Store) run(ctx context.Context, op, sql string, lock bool, scan func(pgx.Rows) error, args ...any) error {
 	if st.partitioned {
-		return st.queryTx(ctx, op, sql, scan, false, args...)
+		return st.queryTx(ctx, op, sql, scan, lock, args...)
 	}
 	ctx, cancel := context.WithTimeout(ctx, st.s.CallTimeout)
 	defer cancel()
@@ -113,14 +122,6 @@ func (st *Store) query(ctx context.Context, op, sql string, scan func(pgx.Rows) 
 		return st.fail(op, err)
 	}
 	return nil
-}
-
-// queryLocked is query for the claims of the time-partitioned table, where no
-// unique index keeps one record per key: sql runs behind the advisory locks of
-// its keys (the first argument), taken in a fixed order, so that two claims of a
-// new key cannot both see it absent.
-func (st *Store) queryLocked(ctx context.Context, op, sql string, scan func(pgx.Rows) error, args ...any) error {
-	return st.queryTx(ctx, op, sql, scan, true, args...)
 }
 
 // partitionedPlans are the planner settings of the statements on the

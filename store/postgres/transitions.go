@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"time"
@@ -73,13 +74,7 @@ func (st *Store) Begin(ctx context.Context, claims []consumer.Claim) []consumer.
 }
 
 // errRace: a key's claim kept meeting concurrent inserts of it.
-var errRace = errRaceError{}
-
-type errRaceError struct{}
-
-func (errRaceError) Error() string {
-	return "the claim met concurrent claims of the same new key too often"
-}
+var errRace = errors.New("the claim met concurrent claims of the same new key too often")
 
 // roundsOf is rounds over the items idx (indexes into hashes).
 func roundsOf(idx []int, hashes [][]byte) [][]int {
@@ -148,12 +143,8 @@ func (st *Store) claim(ctx context.Context, claims []consumer.Claim, hashes [][]
 			fps[j] = append([]byte(nil), c.Fingerprint[:]...)
 		}
 	}
-	run := st.query
-	if st.partitioned {
-		run = st.queryLocked
-	}
 	var lost []int
-	err := run(ctx, "begin", st.sql.claim, func(rows pgx.Rows) error {
+	err := st.run(ctx, "begin", st.sql.claim, st.partitioned, func(rows pgx.Rows) error {
 		var (
 			idx                          int64
 			d, dropped, msg              string

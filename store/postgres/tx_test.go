@@ -292,13 +292,7 @@ func TestInTxOnPoolConnectionAndTransaction(t *testing.T) {
 	base := migrated(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cfg := base.Config()
-	cfg.MaxConns = 1
-	one, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer one.Close()
+	one := poolOfOne(t, base)
 	conn, err := pgx.ConnectConfig(ctx, base.Config().ConnConfig)
 	if err != nil {
 		t.Fatal(err)
@@ -377,13 +371,7 @@ func TestInTxPanicGivesTheConnectionBack(t *testing.T) {
 	base := migrated(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cfg := base.Config()
-	cfg.MaxConns = 1
-	one, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer one.Close()
+	one := poolOfOne(t, base)
 	store, _ := consumer.NewMemoryStore(consumer.WithScope("panics"))
 	for k := range 3 {
 		r := consumer.ExecuteIdempotently(ctx, store, consumer.Key(fmt.Sprint("p", k)), nil, func(ctx context.Context) (string, error) {
@@ -404,4 +392,18 @@ func TestInTxPanicGivesTheConnectionBack(t *testing.T) {
 	if got := rows(t, base, "charges"); len(got) != 0 {
 		t.Fatalf("charges after panics: %v", got)
 	}
+}
+
+// poolOfOne is a pool of base's database with a single connection: a connection
+// InTx failed to give back stalls the next call.
+func poolOfOne(t *testing.T, base *pgxpool.Pool) *pgxpool.Pool {
+	t.Helper()
+	cfg := base.Config()
+	cfg.MaxConns = 1
+	one, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(one.Close)
+	return one
 }
