@@ -1,6 +1,8 @@
 package consumer
 
 import (
+	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"time"
@@ -142,6 +144,24 @@ func newSettings(opts []Option) (Settings, error) {
 	}
 	s.hooks = sortHooks(s.Observers)
 	return s, s.Validate()
+}
+
+// ErrDefaultScope: a store on DefaultScope was given to an entry point whose
+// records several services may share (see Settings.CheckScope).
+var ErrDefaultScope = errors.New("consumer: the store has the default scope \"" + DefaultScope + "\"")
+
+// CheckScope is the one rule for entry points that several services may point at
+// the same stream of messages (the broker adapters, the HTTP middleware, replay,
+// redrive, the CLI): they refuse a store left on DefaultScope, since two services
+// consuming one topic or one fanout exchange would share its records, and the
+// second would take every message the first handled for a DUPLICATE and never run
+// it. It returns nil for any other scope, and an error matching ErrDefaultScope
+// that says what to change otherwise.
+func (s Settings) CheckScope() error {
+	if s.Scope != DefaultScope {
+		return nil
+	}
+	return fmt.Errorf("%w: give it consumer.WithScope(<this service's name>), so that each service that handles these messages keeps records of its own", ErrDefaultScope)
 }
 
 // Validate reports the first setting that is out of range, saying what to change.

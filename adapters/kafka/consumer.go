@@ -108,8 +108,8 @@ func NewTyped[V, T any](store consumer.Store, clientOpts []kgo.Opt, decode func(
 		return nil, err
 	}
 	s := store.Settings()
-	if s.Scope == consumer.DefaultScope {
-		return nil, configError("the store has the default scope %q: give it consumer.WithScope(<this service's name>), so that two services consuming one topic keep records of their own", consumer.DefaultScope)
+	if err := s.CheckScope(); err != nil {
+		return nil, configError("%w", err)
 	}
 	log := cfg.logger
 	if log == nil {

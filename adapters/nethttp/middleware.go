@@ -57,8 +57,8 @@ func New(store consumer.Store, opts ...Opt) (*Middleware, error) {
 		return nil, err
 	}
 	s := store.Settings()
-	if s.Scope == consumer.DefaultScope {
-		return nil, configError("the store is on the default scope: build it with consumer.WithScope(\"<your service>\") so that its records are its own")
+	if err := s.CheckScope(); err != nil {
+		return nil, configError("%w", err)
 	}
 	if !waitSet {
 		cfg.wait = s.WaitInProgress
