@@ -12,3 +12,14 @@ func TestMemoryStoreConformance(t *testing.T) {
 		return consumer.NewMemoryStore(opts...)
 	})
 }
+
+// The memory store has no client, no schema, and no way to hold a value that
+// is not its record: its bad input is a nil *MemoryStore.
+func TestMemoryStoreBadInput(t *testing.T) {
+	consumertest.RunBadInput(t, consumertest.BadInputFixtures{
+		New: func(t *testing.T, opts ...consumer.Option) (consumer.Store, error) {
+			return consumer.NewMemoryStore(opts...)
+		},
+		NilStore: consumer.Store((*consumer.MemoryStore)(nil)),
+	})
+}

@@ -8,6 +8,10 @@
 //			return consumer.NewMemoryStore(opts...)
 //		})
 //	}
+//
+// RunBadInput is its bad-input section: a typed-nil store and client, a missing
+// table, values at a key that are not records. What it needs differs per store,
+// so the store's test supplies it in BadInputFixtures.
 package consumertest
 
 import (
