@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"reflect"
 	"strings"
 	"sync"
 	"time"
@@ -31,7 +32,7 @@ var _ Store = (*RedisStore)(nil)
 // Redis; claims fail closed until it answers; call Check to wait for it). Scripts
 // are loaded on first use and reloaded whenever the server has lost them.
 func NewRedisStore(client redis.UniversalClient, opts ...Option) (*RedisStore, error) {
-	if client == nil {
+	if client == nil || nilPointer(client) {
 		return nil, configError("nil Redis client: pass a *redis.Client, *redis.ClusterClient or redis.NewUniversalClient(...)")
 	}
 	s, err := newSettings(opts)
@@ -43,6 +44,13 @@ func NewRedisStore(client redis.UniversalClient, opts ...Option) (*RedisStore, e
 		return nil, err
 	}
 	return r, nil
+}
+
+// nilPointer reports whether v holds a nil pointer: a typed-nil client (the
+// value an ignored constructor error leaves) is no client.
+func nilPointer(v any) bool {
+	rv := reflect.ValueOf(v)
+	return rv.Kind() == reflect.Pointer && rv.IsNil()
 }
 
 // Settings returns the store's resolved options (zero Settings on a nil store,

@@ -39,6 +39,38 @@ func TestRedisSentinelConformance(t *testing.T) {
 	consumertest.Run(t, redisFactory(func(t *testing.T) redis.UniversalClient { return client }))
 }
 
+// TestRedisStoreBadInput: a typed-nil client, and values at a record's key that
+// are not records. Redis has no table or schema to be missing.
+func TestRedisStoreBadInput(t *testing.T) {
+	c := testenv.Redis(t)
+	ctx := context.Background()
+	foreign := func(name string, write func(key string) error) consumertest.ForeignValue {
+		return consumertest.ForeignValue{Name: name, Write: func(t *testing.T, s consumer.Store, key consumer.Key) func() string {
+			rk := s.(*consumer.RedisStore).RecordKey(key)
+			if err := write(rk); err != nil {
+				t.Fatal(err)
+			}
+			return func() string { return c.Dump(ctx, rk).Val() }
+		}}
+	}
+	consumertest.RunBadInput(t, consumertest.BadInputFixtures{
+		New:      redisFactory(func(t *testing.T) redis.UniversalClient { return c }),
+		NilStore: consumer.Store((*consumer.RedisStore)(nil)),
+		NilClient: func(t *testing.T) (consumer.Store, error) {
+			var nilClient *redis.Client // what an ignored constructor error leaves
+			return consumer.NewRedisStore(nilClient)
+		},
+		NilClientHint: "*redis.Client",
+		Foreign: []consumertest.ForeignValue{
+			foreign("a string", func(key string) error { return c.Set(ctx, key, "hello", 0).Err() }),
+			foreign("a list", func(key string) error { return c.RPush(ctx, key, "a").Err() }),
+			foreign("a foreign hash", func(key string) error { return c.HSet(ctx, key, "user", "42").Err() }),
+			foreign("an unknown state", func(key string) error { return c.HSet(ctx, key, "s", "weird", "f", 1, "a", 1).Err() }),
+			foreign("no fence", func(key string) error { return c.HSet(ctx, key, "s", "completed").Err() }),
+		},
+	})
+}
+
 func newRedisStore(t *testing.T, c redis.UniversalClient, opts ...consumer.Option) *consumer.RedisStore {
 	t.Helper()
 	s, err := consumer.NewRedisStore(c, append([]consumer.Option{consumer.WithPrefix(testenv.Prefix(t))}, opts...)...)
