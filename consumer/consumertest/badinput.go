@@ -148,7 +148,9 @@ func testTypedNilClient(t *testing.T, fx BadInputFixtures) {
 }
 
 // checker is the optional readiness probe of a store.
-type checker interface{ Check(ctx context.Context) error }
+type checker interface {
+	Check(ctx context.Context) error
+}
 
 func testMissingSchema(t *testing.T, fx BadInputFixtures) {
 	if fx.Missing == nil {
