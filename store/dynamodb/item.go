@@ -1,10 +1,8 @@
 package dynamodb
 
 import (
-	"fmt"
 	"strconv"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -74,104 +72,6 @@ func (it *item) lastError() string {
 		return ""
 	}
 	return it.history[0].Message
-}
-
-// decode reads a record item; the error says what is wrong with it.
-func decode(m map[string]types.AttributeValue) (*item, error) {
-	it := &item{}
-	var err error
-	str := func(name string, required bool) string {
-		switch v := m[name].(type) {
-		case *types.AttributeValueMemberS:
-			return v.Value
-		case nil:
-			if required && err == nil {
-				err = fmt.Errorf("no %s attribute", name)
-			}
-		default:
-			if err == nil {
-				err = fmt.Errorf("attribute %s is not a string", name)
-			}
-		}
-		return ""
-	}
-	num := func(name string, required bool) int64 {
-		switch v := m[name].(type) {
-		case *types.AttributeValueMemberN:
-			n, perr := strconv.ParseInt(v.Value, 10, 64)
-			if perr != nil && err == nil {
-				err = fmt.Errorf("attribute %s is %q, not an integer", name, v.Value)
-			}
-			return n
-		case nil:
-			if required && err == nil {
-				err = fmt.Errorf("no %s attribute", name)
-			}
-		default:
-			if err == nil {
-				err = fmt.Errorf("attribute %s is not a number", name)
-			}
-		}
-		return 0
-	}
-	boolean := func(name string) bool {
-		v, ok := m[name].(*types.AttributeValueMemberBOOL)
-		return ok && v.Value
-	}
-	it.state = str("st", true)
-	it.fence = num("fence", true)
-	it.attempts = int(num("attempts", true))
-	it.expires = num(attrExpires, true)
-	it.created = num("created", false)
-	it.updated = num("updated", false)
-	switch it.state {
-	case stateStarted:
-		it.owner = str("own", true)
-		it.lease = num("lease", true)
-		it.locked = boolean("locked")
-	case stateDone:
-		if v, ok := m["res"].(*types.AttributeValueMemberB); ok {
-			it.result = v.Value
-		}
-		it.dropped = str("dropped", false)
-	case stateFailed, stateRetry:
-		it.permanent = boolean("perm")
-	case "":
-	default:
-		if err == nil {
-			err = fmt.Errorf("unknown state %q", it.state)
-		}
-	}
-	if v, ok := m["fp"]; ok {
-		b, isB := v.(*types.AttributeValueMemberB)
-		if !isB || len(b.Value) != len(it.fp) {
-			if err == nil {
-				err = fmt.Errorf("attribute fp is not %d bytes", len(it.fp))
-			}
-		} else {
-			copy(it.fp[:], b.Value)
-		}
-	}
-	for _, name := range [...]string{"h0", "h1", "h2", "h3"} {
-		e, ok := m[name].(*types.AttributeValueMemberM)
-		if !ok {
-			continue // absent, or NULL: no entry
-		}
-		var ae consumer.AttemptError
-		if t, ok := e.Value["t"].(*types.AttributeValueMemberN); ok {
-			if sec, perr := strconv.ParseInt(t.Value, 10, 64); perr == nil {
-				ae.Time = time.Unix(sec, 0)
-			}
-		}
-		if s, ok := e.Value["m"].(*types.AttributeValueMemberS); ok {
-			ae.Message = s.Value
-		}
-		it.history = append(it.history, ae)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return it, nil
 }
 
 // Values for expressions.
