@@ -133,8 +133,11 @@ func Apply(ctx context.Context, client ItemAPI, in *ddb.UpdateItemInput, opts ..
 	if err != nil {
 		return nil, err
 	}
-	if client == nil || in == nil || in.UpdateExpression == nil {
-		return nil, configError("Apply needs a client and an UpdateItemInput with an UpdateExpression")
+	if nilClient(client) {
+		return nil, errNilClient
+	}
+	if in == nil || in.UpdateExpression == nil {
+		return nil, configError("Apply needs an UpdateItemInput with an UpdateExpression")
 	}
 	m, err := mark(ctx)
 	if err != nil {
@@ -236,8 +239,11 @@ func ApplyPut(ctx context.Context, client ItemAPI, in *ddb.PutItemInput, key []s
 	if err != nil {
 		return nil, err
 	}
-	if client == nil || in == nil || len(key) == 0 || len(key) > 2 {
-		return nil, configError("ApplyPut needs a client, a PutItemInput and the names of the table's key attributes (one or two)")
+	if nilClient(client) {
+		return nil, errNilClient
+	}
+	if in == nil || len(key) == 0 || len(key) > 2 {
+		return nil, configError("ApplyPut needs a PutItemInput and the names of the table's key attributes (one or two)")
 	}
 	if _, ok := in.Item[cfg.attr]; ok {
 		return nil, configError("the item holds %q, the attribute of the marks: leave it to ApplyPut (or name another with WithMarksAttribute)", cfg.attr)

@@ -46,17 +46,17 @@ func (st *Store) claim(ctx context.Context, c consumer.Claim) consumer.ClaimRepl
 	pk := st.RecordKey(c.Key)
 	for round := 0; round < maxRounds; round++ {
 		if err := ctx.Err(); err != nil {
-			return consumer.ClaimReply{Err: storeErr("begin", err)}
+			return consumer.ClaimReply{Err: st.storeErr("begin", err)}
 		}
 		rep, done, err := st.claimRound(ctx, c, pk)
 		if err != nil {
-			return consumer.ClaimReply{Err: storeErr("begin", err)}
+			return consumer.ClaimReply{Err: st.storeErr("begin", err)}
 		}
 		if done {
 			return rep
 		}
 	}
-	return consumer.ClaimReply{Err: storeErr("begin", errContention)}
+	return consumer.ClaimReply{Err: st.storeErr("begin", errContention)}
 }
 
 // claimRound tries the fresh claim, then the transition the record found

@@ -3,6 +3,7 @@ package dynamodb
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"regexp"
 	"time"
 
@@ -18,12 +19,6 @@ const (
 	// NoClockSkew is the ClockSkew of workers that all read one clock (tests on
 	// one machine): a started record is taken over as soon as its lease runs out.
 	NoClockSkew time.Duration = -1
-
-	// MaxResult is the largest encoded result a record keeps (DynamoDB items are
-	// at most 400 KB). A larger result is recorded as dropped, as with
-	// consumer.WithMaxResultSize: the key is done and duplicates get
-	// consumer.ErrResultTooLarge.
-	MaxResult = 390 << 10
 )
 
 // Config configures a Store. The zero Config is valid: each field states its
@@ -91,6 +86,21 @@ type Client interface {
 }
 
 var _ Client = (*ddb.Client)(nil)
+
+// nilClient reports whether c is no client: nil, or a nil pointer in an
+// interface (a nil *dynamodb.Client, the value an ignored constructor error
+// leaves), which would panic at the first call.
+func nilClient(c any) bool {
+	if c == nil {
+		return true
+	}
+	v := reflect.ValueOf(c)
+	return v.Kind() == reflect.Pointer && v.IsNil()
+}
+
+// errNilClient refuses a missing client, saying what to pass.
+var errNilClient = configError("nil client: pass a *dynamodb.Client made by dynamodb.NewFromConfig(awsConfig); " +
+	"the one given is nil (was it made, and was the error of config.LoadDefaultConfig checked?)")
 
 func configError(format string, args ...any) error {
 	return fmt.Errorf("%w: dynamodb: "+format, append([]any{consumer.ErrInvalidConfig}, args...)...)

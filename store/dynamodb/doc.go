@@ -43,9 +43,34 @@
 //
 // The table has the partition key "pk" (a string: the prefix, the scope in
 // braces, the key) and the TTL attribute "expires"; the other attributes are
-// listed in item.go of this package. Results up to MaxResult (390 KiB) are kept;
-// a larger one is recorded as dropped (consumer.ErrResultTooLarge for
-// duplicates), since an item holds at most 400 KB.
+// listed in item.go of this package.
+//
+// # Limits and bad input
+//
+// A store has one result limit, Settings().MaxResultSize: MaxResult (397 KiB:
+// an item holds 400 KB, less the longest partition key and the record's other
+// attributes), or the lower limit consumer.WithMaxResultSize gives. idemkit
+// decides with it before the completion is written, so a larger result is
+// recorded as dropped, SUCCESS says so (ResultDropped), and duplicates get a
+// consumer.ResultTooLargeError that names this limit. New refuses a
+// WithMaxResultSize above MaxResult, naming both, rather than keep less than
+// asked: the option's own default (1 MiB) becomes MaxResult. New likewise
+// refuses a prefix and scope that leave a key of consumer.MaxKeyLen bytes no
+// room in DynamoDB's 2048-byte partition key, and a nil client, typed or not.
+//
+// New makes no call to DynamoDB. Check (for start-up and readiness probes)
+// reads one item to learn that the table is there and takes the record key. A
+// call on a missing table answers a store outage (consumer.ErrStoreUnavailable
+// and ErrNoTable) that names the table and CreateTable: nothing was claimed or
+// run, no attempt is counted, and adapters retry the message as for any outage
+// until the table is made. (Under consumer.WithFailOpen, handlers then run
+// unguarded, as for any outage: call Check before serving.)
+//
+// An item at a record's key that is not a record (an attribute of the layout
+// with another type, an unknown state, a state without the attributes it
+// needs) is a corrupt record (consumer.CorruptRecordError): no handler runs,
+// adapters dead-letter the message, and the item is left as it is for an
+// operator to look at. Attributes outside the layout are left alone.
 //
 // # Retention
 //

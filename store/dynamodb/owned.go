@@ -62,13 +62,13 @@ func (st *Store) ownedOne(ctx context.Context, op string, o *consumer.Owned) err
 	})
 	switch {
 	case err != nil:
-		return storeErr(op, err)
+		return st.storeErr(op, err)
 	case ok:
 		return nil
 	case op == "release" && o.Fence != 0:
 		m, err := st.current(ctx, pk, old)
 		if err != nil {
-			return storeErr(op, err)
+			return st.storeErr(op, err)
 		}
 		if m != nil {
 			if it, derr := decode(m); derr == nil && it.live(st.nowMs()) && it.state == stateRetry && it.fence == o.Fence {
@@ -93,7 +93,7 @@ func (st *Store) Peek(ctx context.Context, key consumer.Key) (consumer.Record, e
 	defer cancel()
 	m, err := st.read(ctx, st.RecordKey(key))
 	if err != nil {
-		return consumer.Record{}, storeErr("peek", err)
+		return consumer.Record{}, st.storeErr("peek", err)
 	}
 	now := st.nowMs()
 	rec := consumer.Record{Key: key, Now: time.UnixMilli(now)}

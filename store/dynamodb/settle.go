@@ -45,7 +45,7 @@ func (st *Store) settle(ctx context.Context, s *consumer.Settlement) consumer.Se
 		// finds out which.
 		ok, _, err := st.putCompleted(ctx, s, pk, now)
 		if err != nil {
-			return consumer.SettleReply{Err: storeErr(op, err)}
+			return consumer.SettleReply{Err: st.storeErr(op, err)}
 		}
 		if ok {
 			return consumer.SettleReply{}
@@ -57,7 +57,7 @@ func (st *Store) settle(ctx context.Context, s *consumer.Settlement) consumer.Se
 		// change while the claim is the owner's.
 		m, err := st.read(ctx, pk)
 		if err != nil {
-			return consumer.SettleReply{Err: storeErr(op, err)}
+			return consumer.SettleReply{Err: st.storeErr(op, err)}
 		}
 		it, derr := st.owned(m, s.Key, s.Owner, now)
 		if derr != nil {
@@ -117,7 +117,7 @@ func (st *Store) settle(ctx context.Context, s *consumer.Settlement) consumer.Se
 		ExpressionAttributeValues: vals,
 	})
 	if err != nil {
-		return consumer.SettleReply{Err: storeErr(op, err)}
+		return consumer.SettleReply{Err: st.storeErr(op, err)}
 	}
 	if ok {
 		return consumer.SettleReply{Terminal: terminal}
@@ -125,7 +125,7 @@ func (st *Store) settle(ctx context.Context, s *consumer.Settlement) consumer.Se
 	// Refused: a settlement sent again after a lost reply finds its own result.
 	m, err := st.current(ctx, pk, old)
 	if err != nil {
-		return consumer.SettleReply{Err: storeErr(op, err)}
+		return consumer.SettleReply{Err: st.storeErr(op, err)}
 	}
 	if m != nil && s.Fence != 0 {
 		if it, derr := decode(m); derr == nil && it.live(st.nowMs()) && it.fence == s.Fence {

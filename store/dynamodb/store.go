@@ -34,15 +34,24 @@ type Store struct {
 
 var _ consumer.Store = (*Store)(nil)
 
-// New returns a Store on client's table cfg.Table. It checks the options and
-// the configuration (ErrInvalidConfig says what to change), not the table: a
-// call on a missing table fails as a store outage whose error names the table.
+// New returns a Store on client's table cfg.Table. It checks the client, the
+// options and the configuration (ErrInvalidConfig says what to change) and
+// resolves the result limit (see MaxResult); it makes no call to DynamoDB. Call
+// Check at start-up or from a readiness probe to know that the table is there:
+// until it is, every call fails as a store outage whose error names the table
+// and CreateTable.
 func New(client Client, cfg Config, opts ...consumer.Option) (*Store, error) {
-	if client == nil {
-		return nil, configError("nil client: pass a *dynamodb.Client (dynamodb.NewFromConfig(awsConfig))")
+	if nilClient(client) {
+		return nil, errNilClient
 	}
 	s, err := consumer.NewSettings(opts...)
 	if err != nil {
+		return nil, err
+	}
+	if s.MaxResultSize, err = resultLimit(s, opts); err != nil {
+		return nil, err
+	}
+	if err := checkKeyRoom(s); err != nil {
 		return nil, err
 	}
 	given := cfg
@@ -200,9 +209,10 @@ func (st *Store) each(n int, key func(i int) consumer.Key, do func(i int)) {
 	wg.Wait()
 }
 
-// storeErr wraps a failed call as a store outage.
-func storeErr(op string, err error) error {
-	return &consumer.StoreError{Op: op, Err: err}
+// storeErr wraps a failed call as a store outage, saying what to do when the
+// table is missing.
+func (st *Store) storeErr(op string, err error) error {
+	return &consumer.StoreError{Op: op, Err: st.explain(err)}
 }
 
 // errNilStore answers every call on a nil *Store.

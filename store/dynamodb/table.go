@@ -51,8 +51,8 @@ var ErrNoTTL = errors.New("dynamodb: the server does not support UpdateTimeToLiv
 // dynamodb:DescribeTable, dynamodb:DescribeTimeToLive and
 // dynamodb:UpdateTimeToLive.
 func CreateTable(ctx context.Context, client TableAPI, spec TableSpec) error {
-	if client == nil {
-		return configError("nil client: pass a *dynamodb.Client")
+	if nilClient(client) {
+		return errNilClient
 	}
 	if spec.Name == "" {
 		spec.Name = DefaultTable
