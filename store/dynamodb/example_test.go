@@ -49,3 +49,16 @@ func Example() {
 		})
 	fmt.Println(r.Outcome, r.Value)
 }
+
+// A readiness probe: the store is ready once its table is there. Until then
+// Check's error names the table and CreateTable.
+func ExampleStore_Check() {
+	client := awsdynamodb.New(awsdynamodb.Options{Region: "eu-west-1"}) // usually awsdynamodb.NewFromConfig(cfg)
+	store, err := dynamodb.New(client, dynamodb.Config{Table: "payments_idemkit"}, consumer.WithScope("payments"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	ready := func(ctx context.Context) error { return store.Check(ctx) } // serve it at /readyz
+	_ = ready
+}
