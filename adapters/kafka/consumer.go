@@ -65,6 +65,7 @@ type partition struct {
 	hw     int64 // the high watermark seen last
 	paused bool
 	gone   bool          // revoked or lost: its records are dropped as they come back
+	lost   bool          // lost: another member may own it; it is never committed again
 	empty  chan struct{} // closed when open reaches 0 after gone
 }
 

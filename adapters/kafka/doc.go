@@ -73,12 +73,16 @@
 //
 // On revocation the revoked partitions take no more records; their records waiting
 // to start are dropped, and those running get up to WithRevokeDrain (5s) to settle.
-// Then their settled prefix is committed and the rebalance goes on: a revocation
-// holds the group up for at most WithRevokeDrain plus one commit. Records still
-// running then have their contexts cancelled; their next owner runs them (if a
-// handler already finished its effect, the store makes the next owner's delivery a
-// DUPLICATE once the completion is written, or waits for the lease). On loss (the
-// member was fenced out) nothing is committed: another member owns the partitions,
+// Then their settled prefix is committed, including every record that settled
+// during the drain (a handler that finished, a dead-letter copy the broker
+// confirmed), and the rebalance goes on: a revocation holds the group up for at
+// most WithRevokeDrain plus one commit. Records still running then have their
+// contexts cancelled; their next owner runs them (if a handler already finished
+// its effect, the store makes the next owner's delivery a DUPLICATE once the
+// completion is written, or waits for the lease; a dead-letter copy still
+// unconfirmed when the drain ends may exist twice, since the next owner produces
+// it again). On loss (the member was fenced out) nothing of the lost partitions is
+// committed again, not even what settles after the loss: another member owns them,
 // and the store's owner tokens reject this member's late completions (LEASE_LOST).
 // When Run's context is cancelled the adapter stops polling, lets what it took
 // settle for up to WithShutdownGrace, commits what is settled, cancels what still

@@ -35,6 +35,8 @@ func (c *Consumer[V, T]) assigned(ctx context.Context, cl *kgo.Client, parts map
 // and dropped (their next owner runs them).
 func (c *Consumer[V, T]) revoked(ctx context.Context, cl *kgo.Client, parts map[string][]int32) {
 	if gone := c.detach(parts); len(gone) > 0 {
+		c.log.Info("kafka: partitions revoked; letting their records settle before the commit",
+			"partitions", fmt.Sprint(parts), "drain", c.cfg.revokeDrain)
 		dctx, cancel := context.WithTimeout(ctx, c.cfg.revokeDrain)
 		c.waitIdle(dctx, gone)
 		cancel()
@@ -55,6 +57,11 @@ func (c *Consumer[V, T]) lost(ctx context.Context, cl *kgo.Client, parts map[str
 	// read before the loss could otherwise go out under the next generation.
 	c.commitMu.Lock()
 	gone := c.detach(parts)
+	c.mu.Lock()
+	for _, p := range gone {
+		p.lost = true
+	}
+	c.mu.Unlock()
 	c.commitMu.Unlock()
 	if len(gone) > 0 {
 		c.forget(gone)
@@ -125,8 +132,8 @@ func (c *Consumer[V, T]) committer() {
 }
 
 // commit commits the settled prefix of the partitions only names (every assigned
-// one when nil) that moved since their last commit. What fails stays to be tried
-// again.
+// one not gone when nil) that moved since their last commit; a lost partition is
+// never committed. What fails stays to be tried again.
 func (c *Consumer[V, T]) commit(ctx context.Context, only []*partition) {
 	c.commitMu.Lock()
 	defer c.commitMu.Unlock()
@@ -141,7 +148,7 @@ func (c *Consumer[V, T]) commit(ctx context.Context, only []*partition) {
 	offs := make(map[string]map[int32]kgo.EpochOffset)
 	var sent []*partition
 	for _, p := range only {
-		if p.next > p.done {
+		if p.next > p.done && !p.lost {
 			if offs[p.topic] == nil {
 				offs[p.topic] = make(map[int32]kgo.EpochOffset)
 			}
