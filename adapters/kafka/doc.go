@@ -15,7 +15,34 @@
 //   - it fails construction without kgo.ConsumerGroup or topics, with
 //     kgo.AutoCommitMarks, with a dead-letter topic that is also consumed, or with a
 //     store on the default scope (give each service consumer.WithScope, so that two
-//     services on one topic keep records of their own).
+//     services on one topic keep records of their own);
+//   - Run refuses to start while a dead-letter topic is missing (see below).
+//
+// # Dead-letter topics
+//
+// Every consumed topic needs its dead-letter topic (default <topic>.dlq) before any
+// of its records is taken: a record that must be dead-lettered is settled only once
+// the broker acknowledged its copy, so without the topic its partition would stop
+// committing at the first poison record. Run therefore checks, before it polls,
+// that the dead-letter topic of every named topic exists, and returns an error
+// naming each missing one and the fix (a *DeadLetterTopicError; errors.Is
+// ErrNoDeadLetterTopic) without taking a record. WithCreateDeadLetterTopics creates
+// the missing ones instead (the consumer's principal needs CREATE on them); with
+// kgo.AllowAutoTopicCreation in the client's options the check lets the broker
+// create them, as a produce would. The checks are plain Metadata and CreateTopics
+// requests through the consumer's own client, so the adapter needs no admin client.
+//
+// With kgo.ConsumeRegex the topics are not known at the start: a topic's
+// dead-letter topic is checked (or created) when the topic's partitions are first
+// assigned to the member, before any of its records is fetched. A topic whose
+// dead-letter topic is missing, cannot be created or described, or would itself be
+// matched by the patterns (it would be consumed too) is stopped: its fetches are
+// paused, so none of its records runs and nothing of it is committed, an error is
+// logged naming the dead-letter topic and the fix, and TopicStopHook is told. The
+// other topics go on. A stopped topic is checked again every 5 seconds and resumes
+// (TopicResumeHook) once its dead-letter topic can be used. A dead-letter topic
+// deleted while the consumer runs is not checked again: the partition of a record
+// that needs it waits at that record, logging an error, until it exists.
 //
 // # Keys
 //

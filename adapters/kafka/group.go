@@ -24,7 +24,14 @@ func (c *Consumer[V, T]) partitionOf(topic string, part int32) *partition {
 	return p
 }
 
+// assigned checks the dead-letter topics of topics a regular expression found
+// (see checkAssigned) before their records are fetched. The group can assign
+// partitions while New is still reading the client's options: it waits for them.
 func (c *Consumer[V, T]) assigned(ctx context.Context, cl *kgo.Client, parts map[string][]int32) {
+	<-c.ready
+	if c.regex {
+		c.checkAssigned(ctx, parts)
+	}
 	if c.cfg.onAssigned != nil {
 		c.cfg.onAssigned(ctx, cl, parts)
 	}
