@@ -113,5 +113,6 @@
 // and the store's owner tokens reject this member's late completions (LEASE_LOST).
 // When Run's context is cancelled the adapter stops polling, lets what it took
 // settle for up to WithShutdownGrace, commits what is settled, cancels what still
-// runs, releases those claims and leaves the group.
+// runs, releases those claims and leaves the group (without a second drain: a
+// record still waiting for its retry is left to the partition's next owner).
 package kafka

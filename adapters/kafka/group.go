@@ -39,14 +39,18 @@ func (c *Consumer[V, T]) assigned(ctx context.Context, cl *kgo.Client, parts map
 
 // revoked lets the revoked partitions' records settle for up to WithRevokeDrain,
 // commits their settled prefix, and forgets them; records still open are cancelled
-// and dropped (their next owner runs them).
+// and dropped (their next owner runs them). When Run has ended (the client leaves
+// the group), its shutdown grace was the drain: nothing runs any more, and what
+// still counts as open (a retry waiting for its timer) is not waited for.
 func (c *Consumer[V, T]) revoked(ctx context.Context, cl *kgo.Client, parts map[string][]int32) {
 	if gone := c.detach(parts); len(gone) > 0 {
-		c.log.Info("kafka: partitions revoked; letting their records settle before the commit",
-			"partitions", fmt.Sprint(parts), "drain", c.cfg.revokeDrain)
-		dctx, cancel := context.WithTimeout(ctx, c.cfg.revokeDrain)
-		c.waitIdle(dctx, gone)
-		cancel()
+		if !c.ended() {
+			c.log.Info("kafka: partitions revoked; letting their records settle before the commit",
+				"partitions", fmt.Sprint(parts), "drain", c.cfg.revokeDrain)
+			dctx, cancel := context.WithTimeout(ctx, c.cfg.revokeDrain)
+			c.waitIdle(dctx, gone)
+			cancel()
+		}
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		c.commit(cctx, gone)
 		cancel()
@@ -54,6 +58,16 @@ func (c *Consumer[V, T]) revoked(ctx context.Context, cl *kgo.Client, parts map[
 	}
 	if c.cfg.onRevoked != nil {
 		c.cfg.onRevoked(ctx, cl, parts)
+	}
+}
+
+// ended reports whether Run has ended.
+func (c *Consumer[V, T]) ended() bool {
+	select {
+	case <-c.stop:
+		return true
+	default:
+		return false
 	}
 }
 

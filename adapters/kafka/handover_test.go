@@ -226,6 +226,35 @@ func (o *eventOrder) String() string {
 	return strings.Join(o.events, " ")
 }
 
+// Shutting down while a record waits for its retry takes the shutdown grace, not
+// also the revocation drain: when Run ends, the member leaves the group without
+// waiting for a record that will not run here any more.
+func TestShutdownDoesNotWaitForTheRevocationDrain(t *testing.T) {
+	brokers, _ := testenv.Kafka(t, 1, "retrying", "retrying.dlq")
+	store, _ := newStore(t, consumer.WithMaxAttempts(100))
+	produceRaw(t, brokers, eventRecord("retrying", "flaky"))
+	var runs atomic.Int32
+	c, err := kafka.NewTyped(store, groupOpts(brokers, "retrying-svc", "retrying"), decodeEvent,
+		func(context.Context, event, *kgo.Record) (string, error) { runs.Add(1); return "", errors.New("flaky") },
+		kafka.WithBackoff(time.Minute, time.Minute), kafka.WithShutdownGrace(100*time.Millisecond),
+		kafka.WithRevokeDrain(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := startMember(t, c)
+	testenv.Eventually(t, 30*time.Second, "the record failed once", func() bool { return runs.Load() == 1 })
+	m.cancel()
+	select {
+	case <-m.done:
+		m.done <- nil
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return within 30s: it waited for the revocation drain (a minute) after its shutdown")
+	}
+	if l, _ := lag(t, brokers, "retrying-svc", "retrying"); l != 1 || runs.Load() != 1 {
+		t.Fatalf("lag %d, %d runs; want 1 and 1 (the unsettled record is not committed)", l, runs.Load())
+	}
+}
+
 // commitWatch keeps the highest offset a member committed.
 type commitWatch struct{ at atomic.Int64 }
 

@@ -236,6 +236,7 @@ func (c *Consumer[V, T]) later(r *record[V], d time.Duration) {
 	time.AfterFunc(d, func() {
 		select {
 		case <-c.stop:
+			c.finish(r, false)
 			return
 		default:
 		}
