@@ -29,6 +29,7 @@ type DeadLetterTopicError struct {
 	misnamed   string // with ErrConfig: what is wrong with the name
 }
 
+// Error names both topics and says what to change.
 func (e *DeadLetterTopicError) Error() string {
 	head := fmt.Sprintf("kafka: dead-letter topic %q of %q", e.DeadLetter, e.Topic)
 	switch {
@@ -45,6 +46,7 @@ func (e *DeadLetterTopicError) Error() string {
 	return fmt.Sprintf("%s could not be checked: %v", head, e.Err)
 }
 
+// Unwrap returns Err.
 func (e *DeadLetterTopicError) Unwrap() error { return e.Err }
 
 // ensureDeadLetterTopics checks that the dead-letter topic of each of topics exists
@@ -88,9 +90,18 @@ func (c *Consumer[V, T]) ensureDeadLetterTopics(ctx context.Context, topics []st
 	if len(missing) == 0 {
 		return bad, nil
 	}
+	if err := c.createMissing(ctx, missing, of, bad); err != nil {
+		return nil, err
+	}
+	return bad, nil
+}
+
+// createMissing creates the dead-letter topics missing and adds to bad the
+// consumed topics (of says which) whose dead-letter topic could not be created.
+func (c *Consumer[V, T]) createMissing(ctx context.Context, missing []string, of map[string][]string, bad map[string]*DeadLetterTopicError) error {
 	created, err := c.createTopics(ctx, missing)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	for _, dlq := range missing {
 		if cerr := created[dlq]; cerr != nil {
@@ -102,7 +113,7 @@ func (c *Consumer[V, T]) ensureDeadLetterTopics(ctx context.Context, topics []st
 		c.log.Info("kafka: dead-letter topic created", "dlq", dlq, "for", strings.Join(of[dlq], ","),
 			"partitions", c.cfg.dlqPartitions, "replication", c.cfg.dlqReplication)
 	}
-	return bad, nil
+	return nil
 }
 
 // describeTopics asks the cluster for names: nil for a topic that exists,

@@ -14,7 +14,9 @@ import (
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // A named topic whose dead-letter topic does not exist: Run refuses at once, with
@@ -91,6 +93,42 @@ func TestCreateDeadLetterTopics(t *testing.T) {
 	}
 	if created := logs.find(slog.LevelInfo, "kafka: dead-letter topic created dlq=orders.dlq"); len(created) != 1 {
 		t.Fatalf("creation logged %d times, want once", len(created))
+	}
+}
+
+// A dead-letter topic the broker refuses to create: Run refuses to start with the
+// broker's reason and what to do.
+func TestDeadLetterTopicCreationRefused(t *testing.T) {
+	brokers, cluster := testenv.Kafka(t, 1, "orders")
+	if cluster == nil {
+		t.Skip("refusing a CreateTopics request needs the in-process kfake cluster")
+	}
+	cluster.ControlKey(int16(kmsg.CreateTopics), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		r := req.(*kmsg.CreateTopicsRequest)
+		resp := r.ResponseKind().(*kmsg.CreateTopicsResponse)
+		for _, rt := range r.Topics {
+			st := kmsg.NewCreateTopicsResponseTopic()
+			st.Topic, st.ErrorCode = rt.Topic, kerr.TopicAuthorizationFailed.Code
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	store, _ := newStore(t)
+	c, err := kafka.New(store, groupOpts(brokers, "shop", "orders"),
+		func(context.Context, *kgo.Record) (string, error) { return "ok", nil }, kafka.WithCreateDeadLetterTopics(1, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = c.Run(ctx)
+	var dlqErr *kafka.DeadLetterTopicError
+	if !errors.As(err, &dlqErr) || !errors.Is(err, kerr.TopicAuthorizationFailed) || dlqErr.DeadLetter != "orders.dlq" ||
+		!strings.Contains(err.Error(), "could not be created") {
+		t.Fatalf("Run returned %v, want orders.dlq refused for creation with the broker's reason", err)
+	}
+	if topicPartitions(t, brokers, "orders.dlq") != 0 {
+		t.Fatal("orders.dlq exists")
 	}
 }
 
