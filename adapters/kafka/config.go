@@ -87,6 +87,9 @@ type config struct {
 	keyFunc        KeyFunc
 	valueType      reflect.Type // the V a WithValueKey expects
 	deadLetter     func(topic string) string
+	createDLQ      bool
+	dlqPartitions  int32
+	dlqReplication int16
 	ordering       Ordering
 	inFlight       int
 	handlers       int
@@ -152,9 +155,21 @@ func WithValueKey[V any](fn func(v V) (consumer.Key, error)) Opt {
 }
 
 // WithDeadLetterTopic names the dead-letter topic of each consumed topic. Default
-// "<topic>.dlq".
+// "<topic>.dlq". Each must exist when Run starts (for a topic found by
+// kgo.ConsumeRegex, when it is first assigned), or be created by
+// WithCreateDeadLetterTopics.
 func WithDeadLetterTopic(fn func(topic string) string) Opt {
 	return optFunc(func(c *config) { c.deadLetter = fn })
+}
+
+// WithCreateDeadLetterTopics has the consumer create the dead-letter topics that
+// do not exist, with partitions partitions and replication replicas each; -1 takes
+// the broker's default (num.partitions, default.replication.factor; Kafka 2.4 and
+// later). The consumer's principal needs CREATE on them. Default: off, and Run
+// refuses to start while a named topic's dead-letter topic is missing (see the
+// package doc).
+func WithCreateDeadLetterTopics(partitions int32, replication int16) Opt {
+	return optFunc(func(c *config) { c.createDLQ, c.dlqPartitions, c.dlqReplication = true, partitions, replication })
 }
 
 // WithOrdering says which records may run at once: ByKey (default), ByPartition
@@ -234,6 +249,9 @@ func (c *config) validate() error {
 		return configError("empty key header: omit WithKeyHeader for %q, or give WithKeyFunc", DefaultKeyHeader)
 	case c.deadLetter == nil:
 		return configError("nil dead-letter topic function: omit WithDeadLetterTopic for <topic>.dlq")
+	case c.createDLQ && (c.dlqPartitions == 0 || c.dlqPartitions < -1 || c.dlqReplication == 0 || c.dlqReplication < -1):
+		return configError("WithCreateDeadLetterTopics(%d, %d): give at least 1 partition and 1 replica, or -1 for the broker's default",
+			c.dlqPartitions, c.dlqReplication)
 	case c.ordering < ByKey || c.ordering > Unordered:
 		return configError("WithOrdering(%v): give ByKey, ByPartition or Unordered", c.ordering)
 	case c.inFlight < 1 || c.handlers < 1 || c.partitionLimit < 1:

@@ -32,20 +32,28 @@ type Consumer[V, T any] struct {
 	cfg    config
 	log    *slog.Logger
 	group  string
-	topics []string
+	topics []string // the named topics, or with kgo.ConsumeRegex the patterns
+
+	regex      bool             // kgo.ConsumeRegex
+	patterns   []*regexp.Regexp // with regex: what is consumed,
+	excludes   []*regexp.Regexp // and what not (kgo.ConsumeExcludeTopics)
+	autoCreate bool             // kgo.AllowAutoTopicCreation
 
 	running atomic.Bool
 	pipe    *consumer.Pipeline[T]
 	lanes   *engine.Sequencer[*record[V]]
 	startq  chan struct{} // wakes the starter
 	stop    chan struct{} // closed when Run ends: timers and the starter give up
+	ready   chan struct{} // closed once New has read the client (cl, group, topics, regex...)
 
 	mu       sync.Mutex
 	parts    map[topicPartition]*partition
 	queue    []*record[V] // records whose turn has come, to submit in order
 	open     int          // records taken and not finished
 	roomWait chan struct{}
-	commitMu sync.Mutex // one commit at a time
+	dlqOK    map[string]bool                  // consumed topics whose dead-letter topic exists
+	stopped  map[string]*DeadLetterTopicError // consumed topics paused for their dead-letter topic
+	commitMu sync.Mutex                       // one commit at a time
 }
 
 type topicPartition struct {
@@ -65,6 +73,7 @@ type partition struct {
 	hw     int64 // the high watermark seen last
 	paused bool
 	gone   bool          // revoked or lost: its records are dropped as they come back
+	lost   bool          // lost: another member may own it; it is never committed again
 	empty  chan struct{} // closed when open reaches 0 after gone
 }
 
@@ -117,10 +126,13 @@ func NewTyped[V, T any](store consumer.Store, clientOpts []kgo.Opt, decode func(
 	}
 	c := &Consumer[V, T]{
 		store: store, s: s, decode: decode, handle: handler, cfg: cfg, log: log,
-		lanes:  engine.NewSequencer[*record[V]](),
-		startq: make(chan struct{}, 1),
-		stop:   make(chan struct{}),
-		parts:  make(map[topicPartition]*partition),
+		lanes:   engine.NewSequencer[*record[V]](),
+		startq:  make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		ready:   make(chan struct{}),
+		parts:   make(map[topicPartition]*partition),
+		dlqOK:   make(map[string]bool),
+		stopped: make(map[string]*DeadLetterTopicError),
 	}
 	// A paused partition's next fetch can wait behind a fetch of the others that
 	// the broker holds for up to FetchMaxWait; kgo's 5s default would stall a
@@ -136,28 +148,50 @@ func NewTyped[V, T any](store consumer.Store, clientOpts []kgo.Opt, decode func(
 	if err != nil {
 		return nil, diagnose(clientOpts, err)
 	}
+	err = c.attach(cl)
+	close(c.ready)
+	if err != nil {
+		cl.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// attach reads what the consumer needs from its client's options and refuses
+// topics it cannot consume.
+func (c *Consumer[V, T]) attach(cl *kgo.Client) error {
 	topicSet, _ := cl.OptValue(kgo.ConsumeTopics).(map[string]*regexp.Regexp)
 	topics := slices.Sorted(maps.Keys(topicSet))
 	regex, _ := cl.OptValue(kgo.ConsumeRegex).(bool)
 	if len(topics) == 0 {
-		cl.Close()
-		return nil, configError("no topics: add kgo.ConsumeTopics(...)")
+		return configError("no topics: add kgo.ConsumeTopics(...)")
 	}
 	if !regex {
 		for _, t := range topics {
-			if dlq := cfg.deadLetter(t); dlq == "" || slices.Contains(topics, dlq) {
-				cl.Close()
-				return nil, configError("dead-letter topic %q of %q is empty or is itself consumed: give WithDeadLetterTopic another name", dlq, t)
+			if dlq := c.cfg.deadLetter(t); dlq == "" || slices.Contains(topics, dlq) {
+				return configError("dead-letter topic %q of %q is empty or is itself consumed: give WithDeadLetterTopic another name", dlq, t)
 			}
 		}
 	}
-	if st, ok := cl.OptValue(kgo.SessionTimeout).(time.Duration); ok && s.Lease > st {
-		log.Warn("kafka: the store's lease is longer than the group's session timeout: after a member dies, its records wait for the lease after its partitions move",
-			"lease", s.Lease, "session_timeout", st)
+	if st, ok := cl.OptValue(kgo.SessionTimeout).(time.Duration); ok && c.s.Lease > st {
+		c.log.Warn("kafka: the store's lease is longer than the group's session timeout: after a member dies, its records wait for the lease after its partitions move",
+			"lease", c.s.Lease, "session_timeout", st)
 	}
 	c.group, _ = cl.OptValue(kgo.ConsumerGroup).(string)
-	c.cl, c.topics = cl, topics
-	return c, nil
+	c.cl, c.topics, c.regex = cl, topics, regex
+	c.autoCreate, _ = cl.OptValue(kgo.AllowAutoTopicCreation).(bool)
+	if regex {
+		for _, re := range topicSet {
+			c.patterns = append(c.patterns, re)
+		}
+		excludes, _ := cl.OptValue(kgo.ConsumeExcludeTopics).([]string)
+		for _, x := range excludes {
+			if re, err := regexp.Compile(x); err == nil { // kgo compiled it already
+				c.excludes = append(c.excludes, re)
+			}
+		}
+	}
+	return nil
 }
 
 func isNilPointer(v any) bool {
@@ -187,10 +221,19 @@ func (c *Consumer[V, T]) Client() *kgo.Client { return c.cl }
 
 // Run consumes until ctx is cancelled or the client is closed, then shuts down
 // gracefully (see the package doc) and closes the client. It returns nil after a
-// cancellation; Run may be called once.
+// cancellation. Before it takes a record it checks the dead-letter topics, and
+// returns their *DeadLetterTopicError (joined) when one cannot be used. Run may be
+// called once.
 func (c *Consumer[V, T]) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
 		return errors.New("kafka: Run called twice")
+	}
+	if err := c.checkDeadLetterTopics(ctx); err != nil {
+		c.cl.Close()
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
 	}
 	pipe, err := consumer.NewPipeline[T](context.WithoutCancel(ctx), c.store, consumer.WithWindow(c.cfg.inFlight),
 		consumer.WithHandlers(c.cfg.handlers), consumer.WithSource("kafka"))
@@ -200,9 +243,11 @@ func (c *Consumer[V, T]) Run(ctx context.Context) error {
 	}
 	c.pipe = pipe
 	var loops sync.WaitGroup
-	loops.Add(2)
+	loops.Add(3)
+	recheck, stopRecheck := context.WithCancel(context.WithoutCancel(ctx))
 	go func() { defer loops.Done(); c.starter() }()
 	go func() { defer loops.Done(); c.committer() }()
+	go func() { defer loops.Done(); c.rechecker(recheck) }()
 
 	c.poll(ctx)
 
@@ -224,6 +269,7 @@ func (c *Consumer[V, T]) Run(ctx context.Context) error {
 	}
 	scancel()
 	close(c.stop)
+	stopRecheck()
 	loops.Wait()
 	c.cl.Close()
 	return nil

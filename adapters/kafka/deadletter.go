@@ -44,7 +44,12 @@ func (c *Consumer[V, T]) deadLetter(r *record[V], kind string, attempts int, o c
 			c.finish(r, true)
 			return
 		}
-		c.log.Warn("kafka: dead-letter produce failed; trying again", "dlq", topic, "try", try, "err", err)
+		if errors.Is(err, kerr.UnknownTopicOrPartition) { // checked at the start, so deleted since
+			c.log.Error("kafka: the dead-letter topic does not exist; the partition waits at this record until it is created",
+				"dlq", topic, "topic", r.rec.Topic, "partition", r.rec.Partition, "offset", r.rec.Offset, "try", try)
+		} else {
+			c.log.Warn("kafka: dead-letter produce failed; trying again", "dlq", topic, "try", try, "err", err)
+		}
 		t := time.NewTimer(retry.Backoff(c.cfg.backoffBase, c.cfg.backoffMax, try))
 		select {
 		case <-t.C:

@@ -15,7 +15,34 @@
 //   - it fails construction without kgo.ConsumerGroup or topics, with
 //     kgo.AutoCommitMarks, with a dead-letter topic that is also consumed, or with a
 //     store on the default scope (give each service consumer.WithScope, so that two
-//     services on one topic keep records of their own).
+//     services on one topic keep records of their own);
+//   - Run refuses to start while a dead-letter topic is missing (see below).
+//
+// # Dead-letter topics
+//
+// Every consumed topic needs its dead-letter topic (default <topic>.dlq) before any
+// of its records is taken: a record that must be dead-lettered is settled only once
+// the broker acknowledged its copy, so without the topic its partition would stop
+// committing at the first poison record. Run therefore checks, before it polls,
+// that the dead-letter topic of every named topic exists, and returns an error
+// naming each missing one and the fix (a *DeadLetterTopicError; errors.Is
+// ErrNoDeadLetterTopic) without taking a record. WithCreateDeadLetterTopics creates
+// the missing ones instead (the consumer's principal needs CREATE on them); with
+// kgo.AllowAutoTopicCreation in the client's options the check lets the broker
+// create them, as a produce would. The checks are plain Metadata and CreateTopics
+// requests through the consumer's own client, so the adapter needs no admin client.
+//
+// With kgo.ConsumeRegex the topics are not known at the start: a topic's
+// dead-letter topic is checked (or created) when the topic's partitions are first
+// assigned to the member, before any of its records is fetched. A topic whose
+// dead-letter topic is missing, cannot be created or described, or would itself be
+// matched by the patterns (it would be consumed too) is stopped: its fetches are
+// paused, so none of its records runs and nothing of it is committed, an error is
+// logged naming the dead-letter topic and the fix, and TopicStopHook is told. The
+// other topics go on. A stopped topic is checked again every 5 seconds and resumes
+// (TopicResumeHook) once its dead-letter topic can be used. A dead-letter topic
+// deleted while the consumer runs is not checked again: the partition of a record
+// that needs it waits at that record, logging an error, until it exists.
 //
 // # Keys
 //
@@ -73,14 +100,19 @@
 //
 // On revocation the revoked partitions take no more records; their records waiting
 // to start are dropped, and those running get up to WithRevokeDrain (5s) to settle.
-// Then their settled prefix is committed and the rebalance goes on: a revocation
-// holds the group up for at most WithRevokeDrain plus one commit. Records still
-// running then have their contexts cancelled; their next owner runs them (if a
-// handler already finished its effect, the store makes the next owner's delivery a
-// DUPLICATE once the completion is written, or waits for the lease). On loss (the
-// member was fenced out) nothing is committed: another member owns the partitions,
+// Then their settled prefix is committed, including every record that settled
+// during the drain (a handler that finished, a dead-letter copy the broker
+// confirmed), and the rebalance goes on: a revocation holds the group up for at
+// most WithRevokeDrain plus one commit. Records still running then have their
+// contexts cancelled; their next owner runs them (if a handler already finished
+// its effect, the store makes the next owner's delivery a DUPLICATE once the
+// completion is written, or waits for the lease; a dead-letter copy still
+// unconfirmed when the drain ends may exist twice, since the next owner produces
+// it again). On loss (the member was fenced out) nothing of the lost partitions is
+// committed again, not even what settles after the loss: another member owns them,
 // and the store's owner tokens reject this member's late completions (LEASE_LOST).
 // When Run's context is cancelled the adapter stops polling, lets what it took
 // settle for up to WithShutdownGrace, commits what is settled, cancels what still
-// runs, releases those claims and leaves the group.
+// runs, releases those claims and leaves the group (without a second drain: a
+// record still waiting for its retry is left to the partition's next owner).
 package kafka

@@ -42,6 +42,6 @@ func Example() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	if err := c.Run(ctx); err != nil {
-		log.Fatal(err)
+		log.Fatal(err) // the dead-letter topic payments.dlq is missing, say (or pass kafka.WithCreateDeadLetterTopics)
 	}
 }

@@ -24,7 +24,14 @@ func (c *Consumer[V, T]) partitionOf(topic string, part int32) *partition {
 	return p
 }
 
+// assigned checks the dead-letter topics of topics a regular expression found
+// (see checkAssigned) before their records are fetched. The group can assign
+// partitions while New is still reading the client's options: it waits for them.
 func (c *Consumer[V, T]) assigned(ctx context.Context, cl *kgo.Client, parts map[string][]int32) {
+	<-c.ready
+	if c.regex {
+		c.checkAssigned(ctx, parts)
+	}
 	if c.cfg.onAssigned != nil {
 		c.cfg.onAssigned(ctx, cl, parts)
 	}
@@ -32,12 +39,18 @@ func (c *Consumer[V, T]) assigned(ctx context.Context, cl *kgo.Client, parts map
 
 // revoked lets the revoked partitions' records settle for up to WithRevokeDrain,
 // commits their settled prefix, and forgets them; records still open are cancelled
-// and dropped (their next owner runs them).
+// and dropped (their next owner runs them). When Run has ended (the client leaves
+// the group), its shutdown grace was the drain: nothing runs any more, and what
+// still counts as open (a retry waiting for its timer) is not waited for.
 func (c *Consumer[V, T]) revoked(ctx context.Context, cl *kgo.Client, parts map[string][]int32) {
 	if gone := c.detach(parts); len(gone) > 0 {
-		dctx, cancel := context.WithTimeout(ctx, c.cfg.revokeDrain)
-		c.waitIdle(dctx, gone)
-		cancel()
+		if !c.ended() {
+			c.log.Info("kafka: partitions revoked; letting their records settle before the commit",
+				"partitions", fmt.Sprint(parts), "drain", c.cfg.revokeDrain)
+			dctx, cancel := context.WithTimeout(ctx, c.cfg.revokeDrain)
+			c.waitIdle(dctx, gone)
+			cancel()
+		}
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		c.commit(cctx, gone)
 		cancel()
@@ -48,6 +61,16 @@ func (c *Consumer[V, T]) revoked(ctx context.Context, cl *kgo.Client, parts map[
 	}
 }
 
+// ended reports whether Run has ended.
+func (c *Consumer[V, T]) ended() bool {
+	select {
+	case <-c.stop:
+		return true
+	default:
+		return false
+	}
+}
+
 // lost forgets the lost partitions without committing: another member owns them.
 func (c *Consumer[V, T]) lost(ctx context.Context, cl *kgo.Client, parts map[string][]int32) {
 	c.log.Warn("kafka: partitions lost; their settled offsets are not committed", "partitions", fmt.Sprint(parts))
@@ -55,6 +78,11 @@ func (c *Consumer[V, T]) lost(ctx context.Context, cl *kgo.Client, parts map[str
 	// read before the loss could otherwise go out under the next generation.
 	c.commitMu.Lock()
 	gone := c.detach(parts)
+	c.mu.Lock()
+	for _, p := range gone {
+		p.lost = true
+	}
+	c.mu.Unlock()
 	c.commitMu.Unlock()
 	if len(gone) > 0 {
 		c.forget(gone)
@@ -125,8 +153,8 @@ func (c *Consumer[V, T]) committer() {
 }
 
 // commit commits the settled prefix of the partitions only names (every assigned
-// one when nil) that moved since their last commit. What fails stays to be tried
-// again.
+// one not gone when nil) that moved since their last commit; a lost partition is
+// never committed. What fails stays to be tried again.
 func (c *Consumer[V, T]) commit(ctx context.Context, only []*partition) {
 	c.commitMu.Lock()
 	defer c.commitMu.Unlock()
@@ -141,7 +169,7 @@ func (c *Consumer[V, T]) commit(ctx context.Context, only []*partition) {
 	offs := make(map[string]map[int32]kgo.EpochOffset)
 	var sent []*partition
 	for _, p := range only {
-		if p.next > p.done {
+		if p.next > p.done && !p.lost {
 			if offs[p.topic] == nil {
 				offs[p.topic] = make(map[int32]kgo.EpochOffset)
 			}

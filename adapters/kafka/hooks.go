@@ -37,6 +37,36 @@ type CommitErrorHook interface {
 	OnCommitError(topic string, partition int32, offset int64, err error)
 }
 
+// TopicStopHook is told when a topic stops: with kgo.ConsumeRegex, a topic whose
+// dead-letter topic cannot be used (err is a *DeadLetterTopicError; errors.Is
+// ErrNoDeadLetterTopic when it does not exist) is paused when its partitions are
+// first assigned, before any of its records is taken.
+type TopicStopHook interface {
+	OnTopicStopped(topic string, err error)
+}
+
+// TopicResumeHook is told when a stopped topic goes on: its dead-letter topic can
+// be used now.
+type TopicResumeHook interface {
+	OnTopicResumed(topic string)
+}
+
+func (c *Consumer[V, T]) onTopicStopped(topic string, err error) {
+	for _, h := range c.cfg.hooks {
+		if h, ok := h.(TopicStopHook); ok {
+			h.OnTopicStopped(topic, err)
+		}
+	}
+}
+
+func (c *Consumer[V, T]) onTopicResumed(topic string) {
+	for _, h := range c.cfg.hooks {
+		if h, ok := h.(TopicResumeHook); ok {
+			h.OnTopicResumed(topic)
+		}
+	}
+}
+
 func (c *Consumer[V, T]) onCommitError(topic string, partition int32, offset int64, err error) {
 	for _, h := range c.cfg.hooks {
 		if h, ok := h.(CommitErrorHook); ok {

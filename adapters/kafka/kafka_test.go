@@ -371,6 +371,8 @@ func TestInvalidConfiguration(t *testing.T) {
 		{"nil handler", store, groupOpts(brokers, "g", "cfg"), nil, nil, "nil handler"},
 		{"empty header", store, groupOpts(brokers, "g", "cfg"), h, []kafka.Opt{kafka.WithKeyHeader("")}, "WithKeyHeader"},
 		{"bad backoff", store, groupOpts(brokers, "g", "cfg"), h, []kafka.Opt{kafka.WithBackoff(time.Second, time.Millisecond)}, "WithBackoff"},
+		{"dead-letter partitions", store, groupOpts(brokers, "g", "cfg"), h, []kafka.Opt{kafka.WithCreateDeadLetterTopics(0, 1)}, "WithCreateDeadLetterTopics(0, 1)"},
+		{"dead-letter replicas", store, groupOpts(brokers, "g", "cfg"), h, []kafka.Opt{kafka.WithCreateDeadLetterTopics(-1, -2)}, "WithCreateDeadLetterTopics(-1, -2)"},
 		{"poll size", store, groupOpts(brokers, "g", "cfg"), h, []kafka.Opt{kafka.WithMaxPollRecords(0)}, "WithMaxPollRecords"},
 		{"value key type", store, groupOpts(brokers, "g", "cfg"), h,
 			[]kafka.Opt{kafka.WithValueKey(func(ev event) (consumer.Key, error) { return consumer.Key(ev.ID), nil })}, "WithValueKey"},
@@ -391,7 +393,7 @@ func TestInvalidConfiguration(t *testing.T) {
 // Without an Idempotency-Key header the key comes from the record's coordinates;
 // WithValueKey takes it from the event.
 func TestKeyChoice(t *testing.T) {
-	brokers, _ := testenv.Kafka(t, 1, "keys")
+	brokers, _ := testenv.Kafka(t, 1, "keys", "keys.dlq")
 	store, book := newStore(t)
 	produceRaw(t, brokers,
 		&kgo.Record{Topic: "keys", Value: []byte(`{"id":"x","amount":1}`)},

@@ -236,6 +236,7 @@ func (c *Consumer[V, T]) later(r *record[V], d time.Duration) {
 	time.AfterFunc(d, func() {
 		select {
 		case <-c.stop:
+			c.finish(r, false)
 			return
 		default:
 		}
@@ -261,11 +262,14 @@ func (c *Consumer[V, T]) finish(r *record[V], settled bool) {
 }
 
 // release counts r finished: settled, its offset counts toward its partition's
-// commit.
+// commit. That holds after the partition is revoked too: the revocation's drain
+// commits what settled during it. Only revoked and commit decide which gone
+// partitions are committed (the revoked ones, once, before the rebalance goes
+// on; never a lost one).
 func (c *Consumer[V, T]) release(r *record[V], settled bool) {
 	p := r.p
 	c.mu.Lock()
-	if settled && !p.gone {
+	if settled {
 		if through, moved := p.track.Settle(r.rec.Offset); moved {
 			p.next = through + 1
 		}
