@@ -121,6 +121,14 @@
 //   - The key in progress is answered at once with 409 by default; the bounded
 //     wait (WithWaitInProgress) polls the store and ends early if the client goes.
 //
+// # Observers
+//
+// The store's observers (consumer.WithObserver: the Prometheus and OpenTelemetry
+// plugins) see every guarded request as an execution of source "http"
+// (consumer.SourceHTTP). What a broker adapter would dead-letter (a reused key, a
+// key that failed for good) is answered with a final error here, and its action
+// is labelled "reject" (consumer.ActionLabel).
+//
 // The first request costs two store round trips (claim and completion), a replay
 // one; `make bench-http` measures them.
 package nethttp

@@ -138,6 +138,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	if m.cfg.detach {
 		ctx = context.WithoutCancel(ctx)
 	}
+	ctx = consumer.ContextWithSource(ctx, consumer.SourceHTTP)
 	var rec *recorder
 	res := consumer.ExecuteIdempotently(ctx, m.store, key, payload, func(hctx context.Context) (StoredResponse, error) {
 		rec = newRecorder(w, m.cfg.passStreaming)
