@@ -5,7 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idemkit/idemkit/consumer"
 	idemprom "github.com/idemkit/idemkit/contrib/prometheus"
 	"github.com/idemkit/idemkit/internal/observertest"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -72,11 +71,7 @@ idemkit_outcomes_total{action="settle",kind="none",outcome="duplicate",scope="or
 // reused with another request (422) under action reject.
 func TestHTTPSourceAndReject(t *testing.T) {
 	m, reg := newMetrics(t)
-	s, err := consumer.NewMemoryStore(consumer.WithScope("api"), consumer.WithObserver(m))
-	if err != nil {
-		t.Fatal(err)
-	}
-	serveHTTP(t, s, []string{`{"amount":1}`, `{"amount":1}`, `{"amount":2}`}, []int{201, 201, 422})
+	observertest.HTTP(t, m)
 	want := `
 # HELP idemkit_outcomes_total Messages by the outcome of their execution.
 # TYPE idemkit_outcomes_total counter

@@ -26,12 +26,13 @@ const Scope = "orders"
 // lease is short so that a takeover and a lost lease take little time.
 const lease = 60 * time.Millisecond
 
-// EveryEvent makes obs see every kind of event, through real executions on
+// EveryEvent makes the observers obs see every kind of event, through real executions on
 // memory stores (scope Scope) and, for what only adapters report, through the
 // hooks as the adapters call them:
 //
-//   - executions of every source (execute, pipeline, kafka, amqp, http, replay)
-//     with every outcome and action, and the error kinds permanent, conflict,
+//   - executions of every source (execute, pipeline, kafka, amqp, http through
+//     the HTTP middleware itself, replay) with every outcome and action, and the
+//     error kinds permanent, conflict,
 //     exhausted, lease_lost, store_unavailable, invalid_key, not_run, abandoned,
 //     panic and handler;
 //   - one takeover of a record a crashed worker left started, whose handler
@@ -40,14 +41,15 @@ const lease = 60 * time.Millisecond
 //     calls; renewals, and one lost lease;
 //   - retries, dead letters (with the upper-case kinds adapters write: PERMANENT,
 //     NO_KEY, UNDECODABLE, and one body-less copy), commits and acknowledgements.
-func EveryEvent(t testing.TB, obs consumer.Observer) {
+func EveryEvent(t testing.TB, obs ...consumer.Observer) {
 	t.Helper()
 	ctx := context.Background()
 	s := store(t, obs, consumer.WithMaxAttempts(2))
 	executions(ctx, t, s)
 	sources(ctx, t, s)
+	HTTP(t, obs...)
 	pipelines(ctx, t, s)
-	Takeover(t, obs)
+	Takeover(t, obs...)
 	leaseLost(ctx, t, s)
 	r := consumer.ExecuteIdempotently(ctx, &unreachable{s}, "down", nil, func(context.Context) (int, error) { return 1, nil })
 	want(t, "store unreachable", r, consumer.Error, consumer.KindStoreUnavailable)
@@ -60,7 +62,7 @@ func EveryEvent(t testing.TB, obs consumer.Observer) {
 // store/postgres's InTx says after such a crash), so the execution ends DUPLICATE.
 // obs sees one takeover, one handler run without an error kind, and one outcome
 // duplicate (after claims answered in_progress while the lease was live).
-func Takeover(t testing.TB, obs consumer.Observer) {
+func Takeover(t testing.TB, obs ...consumer.Observer) {
 	t.Helper()
 	ctx := context.Background()
 	s := store(t, obs, consumer.WithWaitInProgress(time.Minute))
@@ -77,10 +79,10 @@ func Takeover(t testing.TB, obs consumer.Observer) {
 	}
 }
 
-func store(t testing.TB, obs consumer.Observer, opts ...consumer.Option) *consumer.MemoryStore {
+func store(t testing.TB, obs []consumer.Observer, opts ...consumer.Option) *consumer.MemoryStore {
 	t.Helper()
 	s, err := consumer.NewMemoryStore(append([]consumer.Option{consumer.WithScope(Scope), consumer.WithLease(lease),
-		consumer.WithObserver(obs)}, opts...)...)
+		consumer.WithObserver(obs...)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
