@@ -93,7 +93,7 @@ func TestAlreadyAppliedEndsItsHandlerSpan(t *testing.T) {
 	}
 	a := map[string]string{}
 	for _, kv := range spans[0].Attributes {
-		a[string(kv.Key)] = kv.Value.Emit()
+		a[string(kv.Key)] = kv.Value.String()
 	}
 	if a[string(OutcomeKey)] != "duplicate" || a["error.type"] != "" || spans[0].Status.Code != codes.Unset || a[string(FenceKey)] != "2" {
 		t.Fatalf("span: status %v, attributes %v; want the taking-over handler's (fence 2), duplicate, no error", spans[0].Status, a)
