@@ -281,7 +281,8 @@ func WithBlobStore(b BlobStore) Opt { return optFunc(func(c *config) { c.blobs =
 // response-not-kept, never a second run. Default: without a blob store, the
 // store's result limit (consumer.WithMaxResultSize, 1 MiB unless set), since a
 // larger body could not be kept in the record anyway; with one,
-// DefaultMaxBlobResponse (32 MiB), since a blob is written from memory.
+// DefaultMaxBlobResponse (32 MiB) or the store's result limit if larger, since a
+// blob is written from memory.
 func WithMaxResponseBuffer(n int64) Opt {
 	return optFunc(func(c *config) { c.maxBuffer, c.maxBufferSet = n, true })
 }

@@ -123,17 +123,18 @@
 //     fingerprint it; the handler reads the same bytes.
 //   - The response body is held in memory to be stored, up to
 //     WithMaxResponseBuffer: by default the store's result limit without a blob
-//     store (a larger body could not be kept in the record), 32 MiB with one. A
-//     handler that writes more is not cut off and not held: from that point its
-//     response goes to the client as it is written (the part held first, then
-//     every write, without a Content-Length unless the handler set one), and a
-//     flush flushes. The operation ran, so the key is recorded as done with its
-//     status and the body dropped; a retry gets 500 with the problem code
-//     response-not-kept, which names the first status and says the operation
-//     completed, so that a client does not run it again under a new key by
-//     mistake (the draft names no status for a response that cannot be
-//     replayed; 500 is the one a lost body already gets). The client may see the
-//     response before the key is recorded, and a retry in that moment gets 409.
+//     store (a larger body could not be kept in the record), 32 MiB (or that
+//     limit if larger) with one. A handler that writes more is not cut off and
+//     not held: from that point its response goes to the client as it is
+//     written (the part held first, then every write, without a Content-Length
+//     unless the handler set one), and a flush flushes. The operation ran, so the
+//     key is recorded as done with its status and the body dropped; a retry gets
+//     500 with the problem code response-not-kept, which names the first status
+//     and says the operation completed, so that a client does not run it again
+//     under a new key by mistake (the draft names no status for a response that
+//     cannot be replayed; 500 is the one a lost body already gets). The client
+//     may see the response before the key is recorded, and a retry in that
+//     moment gets 409.
 //   - Informational (1xx) responses written by the handler are dropped.
 //   - The key in progress is answered at once with 409 by default; the bounded
 //     wait (WithWaitInProgress) polls the store and ends early if the client goes.

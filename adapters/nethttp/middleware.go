@@ -72,7 +72,7 @@ func New(store consumer.Store, opts ...Opt) (*Middleware, error) {
 	switch {
 	case cfg.maxBufferSet:
 	case cfg.blobs != nil:
-		m.cfg.maxBuffer = DefaultMaxBlobResponse
+		m.cfg.maxBuffer = max(DefaultMaxBlobResponse, int64(s.MaxResultSize))
 	default:
 		m.cfg.maxBuffer = int64(s.MaxResultSize)
 	}
