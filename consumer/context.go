@@ -45,13 +45,17 @@ type itemCtx struct {
 
 type attemptKey struct{}
 
-// Value answers the attempt's Info, and asks the parent for anything else.
+// Value answers the attempt's Info, and asks the parent for anything else but
+// the source it was claimed under (ContextWithSource), which is the execution's,
+// not that of the executions the handler starts.
 func (c *itemCtx) Value(key any) any {
 	switch key.(type) {
 	case infoKey:
 		return &c.info
 	case attemptKey:
 		return c
+	case sourceKey:
+		return nil
 	}
 	return c.Context.Value(key)
 }

@@ -88,16 +88,21 @@ func InjectTrace(ctx context.Context, s Settings, set func(key, value string)) {
 	Observe(s, func(h TraceHook) { h.Inject(ctx, set) })
 }
 
-// ClaimEvent describes one claim call.
+// ClaimEvent describes one claim call. Its counts are those of the answer label
+// (see LabelValues).
 type ClaimEvent struct {
 	Scope                                      string
 	Messages                                   int
 	Claimed, Duplicates, InProgress, Conflicts int
 	Errors                                     int // answered with an error (store unreachable, corrupt record, exhausted)
-	Latency                                    time.Duration
+	// TakenOver counts the claims, among Claimed, that took a started record over:
+	// its owner's lease had run out (the owner crashed or stalled) or, under
+	// WithLock, its lock holder was gone (StatusTakenOver).
+	TakenOver int
+	Latency   time.Duration
 }
 
-// HandlerEvent describes a handler's run. Duration and Err are set at its end.
+// HandlerEvent describes a handler's run. Duration, Err and Kind are set at its end.
 type HandlerEvent struct {
 	Source   string // as in OutcomeEvent
 	Scope    string
@@ -106,7 +111,10 @@ type HandlerEvent struct {
 	Fence    int64
 	Duration time.Duration
 	Err      error
-	Kind     string // ErrorKind(Err)
+	// Kind is ErrorKind(Err), or "" when the handler failed in nothing: it
+	// returned nil, or ErrAlreadyApplied (it found its effect applied by an earlier
+	// attempt, and the execution ends DUPLICATE).
+	Kind string
 }
 
 // LeaseEvent describes a renewal call (Messages) or one lost lease (Key, Fence, Reason).
@@ -128,7 +136,7 @@ type SettleEvent struct {
 
 // OutcomeEvent describes a message's outcome.
 type OutcomeEvent struct {
-	Source   string // "execute", "pipeline", or the adapter's name ("kafka", "amqp", "http", "replay")
+	Source   string // who ran the execution: a Source constant, or a Pipeline's WithSource name
 	Scope    string
 	Key      Key
 	Outcome  Outcome
@@ -219,10 +227,13 @@ const (
 	KindPanic            = "panic"
 	KindConfig           = "config"
 	KindHandler          = "handler" // any other handler error
+	// KindNoKey is the adapters' own kind (never ErrorKind's) for a message that
+	// carries no key; they dead-letter it as NO_KEY.
+	KindNoKey = "no_key"
 )
 
-// ErrorKind names the kind of err: one of the Kind constants, or "" for nil. The
-// first that matches wins, in the order the constants are listed.
+// ErrorKind names the kind of err: one of the Kind constants (KindNoKey aside), or
+// "" for nil. The first that matches wins, in the order the constants are listed.
 func ErrorKind(err error) string {
 	switch {
 	case err == nil:
@@ -321,6 +332,9 @@ func reportClaim(s Settings, reps []ClaimReply, took time.Duration) {
 			e.Errors++
 		case rep.Claimed():
 			e.Claimed++
+			if rep.Status == StatusTakenOver {
+				e.TakenOver++
+			}
 		case rep.Status == StatusCompleted || rep.Status == StatusFailed:
 			e.Duplicates++
 		case rep.Status == StatusInProgress:
@@ -339,7 +353,7 @@ func reportClaim(s Settings, reps []ClaimReply, took time.Duration) {
 // reportOutcome tells the observers of one message's outcome.
 // ctx is the context the message was executed with (for its Carrier).
 func reportOutcome[T any](ctx context.Context, s Settings, source string, r *Result[T], took time.Duration) {
-	e := OutcomeEvent{Source: source, Scope: s.Scope, Key: r.Key, Outcome: r.Outcome, Action: r.Action(),
+	e := OutcomeEvent{Source: sourceOf(ctx, source), Scope: s.Scope, Key: r.Key, Outcome: r.Outcome, Action: r.Action(),
 		Kind: ErrorKind(r.Err), Attempt: r.Attempt, Fence: r.Fence, Duration: took}
 	if ctx != nil {
 		e.Carrier, _ = CarrierFromContext(ctx)
@@ -354,7 +368,11 @@ func reportOutcome[T any](ctx context.Context, s Settings, source string, r *Res
 // it returns.
 func startHandler(ctx context.Context, s Settings, source string, info *Info) (context.Context, func(error)) {
 	hk := s.hooked()
-	e := HandlerEvent{Source: source, Scope: s.Scope, Key: info.Key, Attempt: info.Attempt, Fence: info.Fence}
+	made := ctx // the context the execution was made with: the attempt's parent
+	if ic, ok := ctx.(*itemCtx); ok {
+		made = ic.Context
+	}
+	e := HandlerEvent{Source: sourceOf(made, source), Scope: s.Scope, Key: info.Key, Attempt: info.Attempt, Fence: info.Fence}
 	for _, h := range hk.handler {
 		h.OnHandlerStart(e)
 	}
@@ -369,6 +387,9 @@ func startHandler(ctx context.Context, s Settings, source string, info *Info) (c
 	began := time.Now()
 	return ctx, func(err error) {
 		e.Duration, e.Err, e.Kind = time.Since(began), err, ErrorKind(err)
+		if errors.Is(err, ErrAlreadyApplied) {
+			e.Kind = ""
+		}
 		for i := len(ends) - 1; i >= 0; i-- {
 			ends[i](e)
 		}

@@ -22,6 +22,9 @@ const (
 	DefaultMaxKeyLen   = 255
 	DefaultMaxBodySize = 1 << 20
 	DefaultRetryAfter  = time.Second
+	// DefaultMaxBlobResponse is the default of WithMaxResponseBuffer with a blob
+	// store: the most of a response body held in memory to be put in a blob.
+	DefaultMaxBlobResponse = 32 << 20
 )
 
 // ScopeFunc names the client a request comes from (an authenticated user, a tenant,
@@ -82,6 +85,8 @@ type config struct {
 	policy        StorePolicy
 	replayHeaders map[string]bool
 	blobs         BlobStore
+	maxBuffer     int64 // 0: from the store's result limit or DefaultMaxBlobResponse
+	maxBufferSet  bool
 	wait          time.Duration
 	retryAfter    time.Duration
 	failOpen      bool
@@ -268,6 +273,20 @@ func WithReplayHeaders(names ...string) Opt {
 // done, and retries get 500 saying the response was not kept.
 func WithBlobStore(b BlobStore) Opt { return optFunc(func(c *config) { c.blobs = b }) }
 
+// WithMaxResponseBuffer sets the most of a response body, in bytes, that the
+// middleware holds in memory to store it. A handler whose body grows past n has
+// its response sent to the client as it writes it from then on (the part held
+// first), so memory stays bounded whatever it writes; its body is not kept: the
+// key is recorded as done with its status, and a retry gets 500
+// response-not-kept, never a second run. Default: without a blob store, the
+// store's result limit (consumer.WithMaxResultSize, 1 MiB unless set), since a
+// larger body could not be kept in the record anyway; with one,
+// DefaultMaxBlobResponse (32 MiB) or the store's result limit if larger, since a
+// blob is written from memory.
+func WithMaxResponseBuffer(n int64) Opt {
+	return optFunc(func(c *config) { c.maxBuffer, c.maxBufferSet = n, true })
+}
+
 // WithWaitInProgress makes a request whose key is held by a running request wait
 // up to d for that request to finish and then get its stored response (or run, if
 // the first released its key or died), instead of an immediate 409. The wait polls
@@ -332,6 +351,8 @@ func (c *config) validate() error {
 		return configError("WithKeyValidator(nil): omit the option for DefaultKeyValidator")
 	case c.maxBody < 1:
 		return configError("WithMaxBodySize(%d): give at least 1 byte", c.maxBody)
+	case c.maxBufferSet && c.maxBuffer < 1:
+		return configError("WithMaxResponseBuffer(%d): give at least 1 byte", c.maxBuffer)
 	case c.policy == nil:
 		return configError("WithStorePolicy(nil): omit the option for DefaultStorePolicy")
 	case c.wait < 0:

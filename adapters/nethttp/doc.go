@@ -36,6 +36,9 @@
 //	handler panics                                    the panic goes on to net/http; the attempt counts
 //	key failed on every allowed attempt (crashes,     500
 //	panics)
+//	response over WithMaxResponseBuffer               the first client gets it whole, streamed; the
+//	                                                  key is done, its body dropped: a retry gets
+//	                                                  500 response-not-kept, never a second run
 //	stored body lost (over the limit without a blob   500 (503 + Retry-After when the blob store
 //	store, blob removed)                              cannot be read)
 //
@@ -76,7 +79,8 @@
 // the headers on the replay allow-list (Content-Type, Content-Encoding,
 // Content-Language, Content-Disposition, Content-Location, Location, ETag,
 // Last-Modified, Link, Cache-Control, Expires, Vary; WithReplayHeaders adds more,
-// never Set-Cookie or Date) and the body. A body that would take the record over
+// never Set-Cookie or Date) and the body (up to WithMaxResponseBuffer, see
+// Decisions). A body that would take the record over
 // the store's result limit (consumer.WithMaxResultSize) goes to the BlobStore
 // (WithBlobStore; FileBlobStore ships) before the record is completed; the record
 // keeps its name, size and SHA-256, and a replay streams it back, holding its last
@@ -117,9 +121,31 @@
 //     then answers 409 until that claim's lease runs out, and runs once after.
 //   - The request body is read whole (up to WithMaxBodySize) before the claim, to
 //     fingerprint it; the handler reads the same bytes.
+//   - The response body is held in memory to be stored, up to
+//     WithMaxResponseBuffer: by default the store's result limit without a blob
+//     store (a larger body could not be kept in the record), 32 MiB (or that
+//     limit if larger) with one. A handler that writes more is not cut off and
+//     not held: from that point its response goes to the client as it is
+//     written (the part held first, then every write, without a Content-Length
+//     unless the handler set one), and a flush flushes. The operation ran, so the
+//     key is recorded as done with its status and the body dropped; a retry gets
+//     500 with the problem code response-not-kept, which names the first status
+//     and says the operation completed, so that a client does not run it again
+//     under a new key by mistake (the draft names no status for a response that
+//     cannot be replayed; 500 is the one a lost body already gets). The client
+//     may see the response before the key is recorded, and a retry in that
+//     moment gets 409.
 //   - Informational (1xx) responses written by the handler are dropped.
 //   - The key in progress is answered at once with 409 by default; the bounded
 //     wait (WithWaitInProgress) polls the store and ends early if the client goes.
+//
+// # Observers
+//
+// The store's observers (consumer.WithObserver: the Prometheus and OpenTelemetry
+// plugins) see every guarded request as an execution of source "http"
+// (consumer.SourceHTTP). What a broker adapter would dead-letter (a reused key, a
+// key that failed for good) is answered with a final error here, and its action
+// is labelled "reject" (consumer.ActionLabel).
 //
 // The first request costs two store round trips (claim and completion), a replay
 // one; `make bench-http` measures them.

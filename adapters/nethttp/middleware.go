@@ -69,6 +69,13 @@ func New(store consumer.Store, opts ...Opt) (*Middleware, error) {
 		store = tunedStore{Store: store, s: tuned}
 	}
 	m := &Middleware{store: store, cfg: cfg, log: cfg.logger, codec: s.Codec, maxResult: s.MaxResultSize}
+	switch {
+	case cfg.maxBufferSet:
+	case cfg.blobs != nil:
+		m.cfg.maxBuffer = max(DefaultMaxBlobResponse, int64(s.MaxResultSize))
+	default:
+		m.cfg.maxBuffer = int64(s.MaxResultSize)
+	}
 	if m.log == nil {
 		m.log = s.Logger
 	}
@@ -138,9 +145,10 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	if m.cfg.detach {
 		ctx = context.WithoutCancel(ctx)
 	}
+	ctx = consumer.ContextWithSource(ctx, consumer.SourceHTTP)
 	var rec *recorder
 	res := consumer.ExecuteIdempotently(ctx, m.store, key, payload, func(hctx context.Context) (StoredResponse, error) {
-		rec = newRecorder(w, m.cfg.passStreaming)
+		rec = newRecorder(w, m.cfg.passStreaming, m.cfg.maxBuffer)
 		hr := r.WithContext(hctx)
 		hr.Body = io.NopCloser(bytes.NewReader(body))
 		next.ServeHTTP(rec, hr)
@@ -177,7 +185,7 @@ func (m *Middleware) respond(w http.ResponseWriter, r *http.Request, key consume
 	case errors.Is(res.Err, consumer.ErrPayloadConflict):
 		m.writeProblem(w, http.StatusUnprocessableEntity, "key-reused",
 			"This Idempotency-Key was used with a different request (method, path, query or body); a key must not be reused across different requests.", 0)
-	case rec != nil && errors.Is(res.Err, ErrStreamingRefused):
+	case rec != nil && rec.refused != "":
 		m.writeProblem(w, http.StatusInternalServerError, "streaming-refused",
 			"This operation streams its response, which cannot be stored whole for Idempotency-Key replays; the request was not recorded.", 0)
 	case rec != nil && rec.passing:

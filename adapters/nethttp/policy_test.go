@@ -235,6 +235,7 @@ func TestNewRefusesBadConfiguration(t *testing.T) {
 		{"negative wait", good, []nethttp.Opt{nethttp.WithScope(nethttp.Unscoped), nethttp.WithWaitInProgress(-1)}, "WithWaitInProgress"},
 		{"nil policy", good, []nethttp.Opt{nethttp.WithScope(nethttp.Unscoped), nethttp.WithStorePolicy(nil)}, "WithStorePolicy"},
 		{"zero body", good, []nethttp.Opt{nethttp.WithScope(nethttp.Unscoped), nethttp.WithMaxBodySize(0)}, "WithMaxBodySize"},
+		{"zero response buffer", good, []nethttp.Opt{nethttp.WithScope(nethttp.Unscoped), nethttp.WithMaxResponseBuffer(0)}, "WithMaxResponseBuffer(0)"},
 		{"problem base with fragment", good, []nethttp.Opt{nethttp.WithScope(nethttp.Unscoped), nethttp.WithProblemBase("https://x/#a")}, "WithProblemBase"},
 	}
 	for _, c := range cases {

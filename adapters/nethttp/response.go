@@ -69,14 +69,12 @@ func (m *Middleware) capture(ctx context.Context, r *http.Request, key consumer.
 		return StoredResponse{}, consumer.Abandon(notStoredError{status})
 	}
 	rec.sniff()
-	resp := StoredResponse{Status: status}
-	for k, v := range rec.header {
-		if m.cfg.replayHeaders[k] {
-			if resp.Header == nil {
-				resp.Header = make(http.Header, 4)
-			}
-			resp.Header[k] = v
-		}
+	resp := StoredResponse{Status: status, Header: m.replayHeaders(rec.header)}
+	if rec.over {
+		resp.NotKept = fmt.Sprintf("the body was over the %d bytes the server holds to keep a response; it was sent to the first client as it was written", rec.limit)
+		m.log.Warn("nethttp: response body not kept: over the response buffer, streamed to the client",
+			"key", string(key), "limit", rec.limit, "sent", rec.sent)
+		return resp, nil
 	}
 	body := rec.body.Bytes()
 	if len(body) == 0 {
@@ -102,6 +100,20 @@ func (m *Middleware) capture(ctx context.Context, r *http.Request, key consumer.
 	}
 	resp.Blob = ref
 	return resp, nil
+}
+
+// replayHeaders returns the headers of h on the replay allow-list, nil for none.
+func (m *Middleware) replayHeaders(h http.Header) http.Header {
+	var out http.Header
+	for k, v := range h {
+		if m.cfg.replayHeaders[k] {
+			if out == nil {
+				out = make(http.Header, 4)
+			}
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // fits reports whether resp with body inline stays within the store's result

@@ -47,14 +47,17 @@
 //	idemkit.attempt                 the attempt number (1 for the first)
 //	idemkit.fence                   the claim's fence
 //	idemkit.source                  who ran the execution: execute, pipeline, kafka, amqp, http, replay
-//	idemkit.outcome                 SUCCESS, DUPLICATE, IN_PROGRESS or ERROR
-//	idemkit.action                  settle, wait, retry or dead-letter
-//	error.type                      the error's kind (consumer.ErrorKind), when there is an error
+//	idemkit.outcome                 success, duplicate, in_progress or error
+//	idemkit.action                  settle, wait, retry, dead_letter or reject
+//	error.type                      the error's kind (consumer.KindLabel), when there is an error
 //
-// A span whose outcome is ERROR has status Error with the error's kind as its
-// description (so does a handler span ended before its outcome was known, when the
-// handler returned an error). The error's text is not recorded: it may carry
-// payload data.
+// These values are those of the metrics (see Labels below). A span whose outcome
+// is error has status Error with the error's kind as its description (so does a
+// handler span ended before its outcome was known, when the handler returned an
+// error). The error's text is not recorded: it may carry payload data. A handler
+// that finds its effect already applied by an attempt that crashed before
+// recording it (consumer.ErrAlreadyApplied, store/postgres's InTx) did not fail:
+// its span gets the outcome duplicate and no error.
 //
 // Attributes are added to a handler's span only once it is known to record: a
 // sampler sees the span's kind, name and links, and an unsampled execution costs
@@ -94,6 +97,7 @@
 //	idemkit.store.latency          histogram s             scope, op (claim, settle, renew)
 //	idemkit.store.messages         counter {message}       scope, op
 //	idemkit.claim.answers          counter {message}       scope, answer (claimed, duplicate, in_progress, conflict, error)
+//	idemkit.claim.takeovers        counter {message}       scope: claims that took a crashed or stalled owner's record over
 //	idemkit.leases.lost            counter {lease}         scope
 //	idemkit.retries                counter {message}       source, scope, kind
 //	idemkit.dead_letters           counter {message}       source, scope, kind
@@ -113,11 +117,31 @@
 // labels: idemkit_outcomes_total{action,kind,outcome,scope,source},
 // idemkit_handler_duration_seconds{kind,scope}, and so on.
 //
-// The values are those of the Prometheus plugin: outcome success, duplicate,
-// in_progress or error; kind the error's kind or "none"; WithScopeAttribute(false)
-// and WithKindAttribute(false) drop the scope and kind attributes. Keys are never
-// metric attributes. The commit lag keeps at most WithLagSeries partitions and
-// forgets one not committed for WithLagExpiry; record counts are taken in the
-// meter's collection, at most once per WithRecordInterval, each bounded by
-// WithRecordTimeout.
+// # Labels
+//
+// Attribute values are idemkit's one vocabulary, the table of
+// [consumer.LabelValues], spelled the same in every instrument, in the spans and
+// in the Prometheus plugin:
+//
+//   - scope: the store's scope. WithScopeAttribute(false) drops it.
+//   - source: execute (ExecuteIdempotently, ExecuteBatch), pipeline (or a
+//     Pipeline's WithSource name), kafka, amqp, http, replay.
+//   - outcome: success, duplicate, in_progress, error (consumer.OutcomeLabel).
+//   - action: what the entry point does with the message (consumer.ActionLabel):
+//     settle, wait, retry, dead_letter, or reject where the source has no
+//     dead-letter destination (http answers a final error such as 422; replay
+//     leaves the message failed).
+//   - kind: the error's kind (consumer.KindLabel): permanent, conflict, exhausted,
+//     lease_lost, store_unavailable, corrupt, undecodable, invalid_key, no_key,
+//     not_run, abandoned, panic, config, handler; none without an error; unknown
+//     for anything else. Dead letters' upper-case kinds (PERMANENT, NO_KEY, ...)
+//     are counted in lower case. WithKindAttribute(false) drops it.
+//   - op: claim, settle, renew. answer: claimed, duplicate, in_progress,
+//     conflict, error (a takeover is counted as claimed too). state: started,
+//     completed, failed, retry.
+//
+// Keys are never metric attributes. The commit lag keeps at most WithLagSeries
+// partitions and forgets one not committed for WithLagExpiry; record counts are
+// taken in the meter's collection, at most once per WithRecordInterval, each
+// bounded by WithRecordTimeout.
 package idemotel

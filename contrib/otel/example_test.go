@@ -51,6 +51,6 @@ func Example() {
 		fmt.Println(s.Name, outcome, "links:", len(s.Links))
 	}
 	// Output:
-	// process orders SUCCESS links: 1
-	// process orders DUPLICATE links: 1
+	// process orders success links: 1
+	// process orders duplicate links: 1
 }

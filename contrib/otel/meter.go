@@ -2,7 +2,6 @@ package idemotel
 
 import (
 	"context"
-	"strings"
 	"sync/atomic"
 
 	"github.com/idemkit/idemkit/consumer"
@@ -22,7 +21,7 @@ import (
 type Meter struct {
 	cfg meterCfg
 
-	outcomes, storeMsgs, answers, leasesLost, retries, deadLetters,
+	outcomes, storeMsgs, answers, takeovers, leasesLost, retries, deadLetters,
 	bodyless, commits, acks, acked metric.Int64ObservableCounter
 	running      metric.Int64ObservableUpDownCounter
 	handler      metric.Float64Histogram
@@ -34,6 +33,7 @@ type Meter struct {
 	sRunning  *series[string, *count]
 	sLost     *series[string, *count]
 	sAnswers  *series[string, [5]*count]
+	sTaken    *series[string, *count]
 	sHandler  *series[scopeKind, []metric.RecordOption]
 	sStore    *series[scopeOp, storeSeries]
 	sRetry    *series[sourceScopeKind, *count]
@@ -126,6 +126,7 @@ func NewMeter(options ...MeterOpt) (*Meter, error) {
 	m.storeLatency = histogram("idemkit.store.latency", "How long store calls took (op: claim, settle, renew).", c.storeBounds)
 	m.storeMsgs = counter("idemkit.store.messages", "{message}", "Messages the store calls carried.")
 	m.answers = counter("idemkit.claim.answers", "{message}", "What claims found: claimed, duplicate, in_progress (another owner at work), conflict, error.")
+	m.takeovers = counter("idemkit.claim.takeovers", "{message}", "Claims that took over a record whose owner crashed or stalled (its lease ran out, or its lock holder was gone); counted as claimed too.")
 	m.leasesLost = counter("idemkit.leases.lost", "{lease}", "Attempts stopped because their lease was lost.")
 	m.retries = counter("idemkit.retries", "{message}", "Retries adapters scheduled.")
 	m.deadLetters = counter("idemkit.dead_letters", "{message}", "Dead-letter copies the broker confirmed.")
@@ -138,7 +139,7 @@ func NewMeter(options ...MeterOpt) (*Meter, error) {
 			return nil, bad("an instrument could not be made: %v", err)
 		}
 	}
-	if _, err := mt.RegisterCallback(m.observe, m.outcomes, m.running, m.storeMsgs, m.answers, m.leasesLost, m.retries,
+	if _, err := mt.RegisterCallback(m.observe, m.outcomes, m.running, m.storeMsgs, m.answers, m.takeovers, m.leasesLost, m.retries,
 		m.deadLetters, m.bodyless, m.commits, m.acks, m.acked); err != nil {
 		return nil, bad("the meter's callback could not be registered: %v", err)
 	}
@@ -152,11 +153,12 @@ func NewMeter(options ...MeterOpt) (*Meter, error) {
 	}
 
 	m.sOutcome = newSeries(func(k outcomeKey) *count {
-		return newCount(m.attrs("scope", k.scope, "source", k.source, "outcome", strings.ToLower(k.outcome.String()),
-			"action", k.action.String(), "kind", k.kind)...)
+		return newCount(m.attrs("scope", k.scope, "source", k.source, "outcome", consumer.OutcomeLabel(k.outcome),
+			"action", consumer.ActionLabel(k.source, k.action), "kind", k.kind)...)
 	})
 	m.sRunning = newSeries(func(scope string) *count { return newCount(m.attrs("scope", scope)...) })
 	m.sLost = newSeries(func(scope string) *count { return newCount(m.attrs("scope", scope)...) })
+	m.sTaken = newSeries(func(scope string) *count { return newCount(m.attrs("scope", scope)...) })
 	m.sAnswers = newSeries(func(scope string) [5]*count {
 		var a [5]*count
 		for i, name := range answerNames {
@@ -196,6 +198,7 @@ func (m *Meter) observe(_ context.Context, o metric.Observer) error {
 	each(m.outcomes, values(m.sOutcome))
 	each(m.running, values(m.sRunning))
 	each(m.leasesLost, values(m.sLost))
+	each(m.takeovers, values(m.sTaken))
 	for _, a := range values(m.sAnswers) {
 		each(m.answers, a[:])
 	}
@@ -234,15 +237,12 @@ func (m *Meter) scope(s string) string {
 	return s
 }
 
-// kind is the kind's attribute value: "none" without an error, "" when dropped.
+// kind is the kind's attribute value (consumer.KindLabel), "" when dropped.
 func (m *Meter) kind(k string) string {
-	switch {
-	case !m.cfg.kindAttr:
+	if !m.cfg.kindAttr {
 		return ""
-	case k == "":
-		return "none"
 	}
-	return k
+	return consumer.KindLabel(k)
 }
 
 // Events carry no context; histogram measurements are taken without one.
@@ -259,6 +259,10 @@ func (m *Meter) OnClaim(e consumer.ClaimEvent) {
 		if n > 0 {
 			a[i].n.Add(int64(n))
 		}
+	}
+	taken := m.sTaken.get(scope) // made at the scope's first claim, so that it reads 0 before any takeover
+	if e.TakenOver > 0 {
+		taken.n.Add(int64(e.TakenOver))
 	}
 }
 

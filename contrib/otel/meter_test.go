@@ -124,8 +124,8 @@ func TestMeterCountsARun(t *testing.T) {
 
 	c := collect(t, reader)
 	c.expect(t, "idemkit.outcomes", map[string]float64{
-		"action=dead-letter,kind=conflict,outcome=error,scope=orders,source=execute":  1,
-		"action=dead-letter,kind=permanent,outcome=error,scope=orders,source=execute": 1,
+		"action=dead_letter,kind=conflict,outcome=error,scope=orders,source=execute":  1,
+		"action=dead_letter,kind=permanent,outcome=error,scope=orders,source=execute": 1,
 		"action=retry,kind=handler,outcome=error,scope=orders,source=execute":         1,
 		"action=settle,kind=none,outcome=duplicate,scope=orders,source=execute":       5,
 		"action=settle,kind=none,outcome=duplicate,scope=orders,source=replay":        1,
@@ -186,7 +186,7 @@ func TestMeterDroppedAttributes(t *testing.T) {
 			return 0, consumer.Permanent(errors.New("no"))
 		})
 	}
-	collect(t, reader).expect(t, "idemkit.outcomes", map[string]float64{"action=dead-letter,outcome=error,source=execute": 2})
+	collect(t, reader).expect(t, "idemkit.outcomes", map[string]float64{"action=dead_letter,outcome=error,source=execute": 2})
 }
 
 type fakeCounter struct {

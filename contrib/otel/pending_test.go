@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/internal/observertest"
+	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
@@ -67,5 +69,33 @@ func TestMaxPending(t *testing.T) {
 	}
 	if s := exp.GetSpans()[0]; s.Status.Description != consumer.KindHandler {
 		t.Fatalf("status %v, want the handler's error kind", s.Status)
+	}
+}
+
+// A handler that finds its effect already applied after a takeover (its
+// execution ends DUPLICATE) gets its outcome on its own span, which is ended at
+// once, without an error; no second span is made for the duplicate.
+func TestAlreadyAppliedEndsItsHandlerSpan(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	defer tp.Shutdown(context.Background())
+	tr, err := NewTracer(WithTracerProvider(tp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	observertest.Takeover(t, tr)
+	tr.mu.Lock()
+	left := len(tr.pending)
+	tr.mu.Unlock()
+	spans := exp.GetSpans()
+	if left != 0 || len(spans) != 1 {
+		t.Fatalf("%d spans pending, %d exported; want 0 and 1", left, len(spans))
+	}
+	a := map[string]string{}
+	for _, kv := range spans[0].Attributes {
+		a[string(kv.Key)] = kv.Value.String()
+	}
+	if a[string(OutcomeKey)] != "duplicate" || a["error.type"] != "" || spans[0].Status.Code != codes.Unset || a[string(FenceKey)] != "2" {
+		t.Fatalf("span: status %v, attributes %v; want the taking-over handler's (fence 2), duplicate, no error", spans[0].Status, a)
 	}
 }

@@ -2,6 +2,7 @@ package idemotel
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -59,9 +60,10 @@ type execution struct {
 }
 
 type pendingSpan struct {
-	span  trace.Span
-	ended time.Time // when the handler returned
-	kind  string    // the handler's error kind, "" without an error
+	span    trace.Span
+	ended   time.Time // when the handler returned
+	kind    string    // the handler's error kind, "" without an error
+	applied bool      // the handler found its effect already applied: its outcome is DUPLICATE
 }
 
 // pendingAge is how long an ended handler span may wait for its outcome before a
@@ -127,7 +129,8 @@ func (t *Tracer) StartHandler(ctx context.Context, e consumer.HandlerEvent) (con
 	// Parked even when not sampled: its outcome must find that a handler ran, and
 	// not record a span of its own.
 	return hctx, func(end consumer.HandlerEvent) {
-		t.park(execution{e.Scope, e.Key, e.Fence}, pendingSpan{span: span, ended: time.Now(), kind: end.Kind})
+		t.park(execution{e.Scope, e.Key, e.Fence}, pendingSpan{span: span, ended: time.Now(), kind: end.Kind,
+			applied: errors.Is(end.Err, consumer.ErrAlreadyApplied)})
 	}
 }
 
@@ -177,8 +180,9 @@ func endWithoutOutcome(p pendingSpan) {
 		return
 	}
 	if p.kind != "" {
-		p.span.SetAttributes(semconv.ErrorTypeKey.String(p.kind))
-		p.span.SetStatus(codes.Error, p.kind)
+		kind := consumer.KindLabel(p.kind)
+		p.span.SetAttributes(semconv.ErrorTypeKey.String(kind))
+		p.span.SetStatus(codes.Error, kind)
 	}
 	p.span.End(trace.WithTimestamp(p.ended))
 }
@@ -190,12 +194,15 @@ func (t *Tracer) OnOutcome(e consumer.OutcomeEvent) {
 	var p pendingSpan
 	found := false
 	// Only an execution that held a claim can own a parked span; a duplicate, an
-	// in-progress answer or a conflict carries the fence of someone else's claim.
-	if e.Fence != 0 && (e.Outcome == consumer.Success || (e.Outcome == consumer.Error && e.Kind != consumer.KindConflict)) {
+	// in-progress answer or a conflict carries the fence of someone else's claim,
+	// except the duplicate of a handler that found its effect already applied.
+	if e.Fence != 0 && e.Outcome != consumer.InProgress && e.Kind != consumer.KindConflict {
 		x := execution{e.Scope, e.Key, e.Fence}
 		t.mu.Lock()
-		if p, found = t.pending[x]; found {
+		if p, found = t.pending[x]; found && (e.Outcome != consumer.Duplicate || p.applied) {
 			delete(t.pending, x)
+		} else {
+			found = false
 		}
 		t.mu.Unlock()
 	}
@@ -206,7 +213,7 @@ func (t *Tracer) OnOutcome(e consumer.OutcomeEvent) {
 	if found {
 		p.span.SetAttributes(outcomeAttributes(make([]attribute.KeyValue, 0, 4), e)...)
 		if e.Outcome == consumer.Error {
-			p.span.SetStatus(codes.Error, e.Kind)
+			p.span.SetStatus(codes.Error, consumer.KindLabel(e.Kind))
 		}
 		p.span.End(trace.WithTimestamp(p.ended))
 		return
@@ -234,15 +241,16 @@ func (t *Tracer) OnOutcome(e consumer.OutcomeEvent) {
 	}
 	_, span := t.tracer.Start(parent, t.name, opts...)
 	if e.Outcome == consumer.Error {
-		span.SetStatus(codes.Error, e.Kind)
+		span.SetStatus(codes.Error, consumer.KindLabel(e.Kind))
 	}
 	span.End(trace.WithTimestamp(now))
 }
 
 func outcomeAttributes(attrs []attribute.KeyValue, e consumer.OutcomeEvent) []attribute.KeyValue {
-	attrs = append(attrs, SourceKey.String(e.Source), OutcomeKey.String(e.Outcome.String()), ActionKey.String(e.Action.String()))
+	attrs = append(attrs, SourceKey.String(e.Source), OutcomeKey.String(consumer.OutcomeLabel(e.Outcome)),
+		ActionKey.String(consumer.ActionLabel(e.Source, e.Action)))
 	if e.Kind != "" {
-		attrs = append(attrs, semconv.ErrorTypeKey.String(e.Kind))
+		attrs = append(attrs, semconv.ErrorTypeKey.String(consumer.KindLabel(e.Kind)))
 	}
 	return attrs
 }

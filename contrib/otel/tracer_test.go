@@ -144,8 +144,8 @@ func TestOneSpanPerExecution(t *testing.T) {
 	}
 	by := spansByKey(exp)
 	for k, want := range map[string][]string{
-		"b-0": {"SUCCESS", "DUPLICATE"}, "b-1": {"SUCCESS", "DUPLICATE"}, "b-2": {"SUCCESS", "DUPLICATE"},
-		"b-3": {"SUCCESS"}, "b-4": {"ERROR"}, "p-0": {"SUCCESS", "DUPLICATE"}, "p-1": {"SUCCESS"},
+		"b-0": {"success", "duplicate"}, "b-1": {"success", "duplicate"}, "b-2": {"success", "duplicate"},
+		"b-3": {"success"}, "b-4": {"error"}, "p-0": {"success", "duplicate"}, "p-1": {"success"},
 	} {
 		var got []string
 		for _, s := range by[k] {
@@ -168,7 +168,7 @@ func TestOneSpanPerExecution(t *testing.T) {
 		if s.Parent.IsValid() {
 			t.Errorf("span %s has parent %v; want a root span (the producer is a link)", k, s.Parent)
 		}
-		ran := a[idemotel.OutcomeKey] != "DUPLICATE"
+		ran := a[idemotel.OutcomeKey] != "duplicate"
 		switch {
 		case !ran && (len(s.Links) != 1 || !s.Links[0].SpanContext.Equal(linkFor(k, prodBatch, dupProd))):
 			t.Errorf("duplicate %s: links %v, want its delivery's producer span", k, s.Links)
@@ -176,9 +176,9 @@ func TestOneSpanPerExecution(t *testing.T) {
 			t.Errorf("span %s: links %v, want the producer's span", k, s.Links)
 		}
 		switch a[idemotel.OutcomeKey] {
-		case "ERROR":
+		case "error":
 			if s.Status.Code != codes.Error || s.Status.Description != "permanent" || a["error.type"] != "permanent" ||
-				a[idemotel.ActionKey] != "dead-letter" {
+				a[idemotel.ActionKey] != "dead_letter" {
 				t.Errorf("failed span %s: status %v, attributes %v", k, s.Status, a)
 			}
 		default:
@@ -306,8 +306,8 @@ func TestInProgressKeepsItsOwnSpan(t *testing.T) {
 		got = append(got, attrs(s)[idemotel.OutcomeKey]+"/"+attrs(s)[idemotel.ActionKey])
 	}
 	sort.Strings(got)
-	if fmt.Sprint(got) != "[IN_PROGRESS/wait SUCCESS/settle]" {
-		t.Fatalf("spans %v, want one IN_PROGRESS and one SUCCESS", got)
+	if fmt.Sprint(got) != "[in_progress/wait success/settle]" {
+		t.Fatalf("spans %v, want one in_progress and one success", got)
 	}
 }
 
@@ -320,7 +320,7 @@ func TestTracerOptions(t *testing.T) {
 		consumer.ExecuteIdempotently(context.Background(), store, "secret-key", nil, func(context.Context) (int, error) { return 1, nil })
 	}
 	s := only(t, exp)
-	if _, ok := attrs(s)[idemotel.KeyKey]; ok || attrs(s)[idemotel.OutcomeKey] != "SUCCESS" {
+	if _, ok := attrs(s)[idemotel.KeyKey]; ok || attrs(s)[idemotel.OutcomeKey] != "success" {
 		t.Fatalf("attributes %v: want the outcome and no key", attrs(s))
 	}
 

@@ -7,9 +7,9 @@
 // New returns a *Metrics: an observer to install on a store with
 // consumer.WithObserver, and a prometheus.Collector to register on a registry.
 // Every execution that uses the store reports to it: ExecuteIdempotently and
-// ExecuteBatch (source "execute"), a consumer.Pipeline (its WithSource name), and
-// the broker adapters, the HTTP middleware and replay, which also report retries,
-// dead letters, commits and acknowledgements.
+// ExecuteBatch (source "execute"), a consumer.Pipeline (its WithSource name), the
+// broker adapters (which also report retries, dead letters, commits and
+// acknowledgements), the HTTP middleware and replay.
 //
 //	m, err := idemprom.New()
 //	if err != nil { ... }
@@ -32,10 +32,10 @@
 //	idemkit_store_latency_seconds{scope,op}                   histogram: store calls (op claim, settle, renew)
 //	idemkit_store_messages_total{scope,op}                    counter: messages those calls carried
 //	idemkit_claim_answers_total{scope,answer}                 counter: what claims found
+//	idemkit_claim_takeovers_total{scope}                      counter: claims that took a crashed or stalled owner's record over
 //	idemkit_leases_lost_total{scope}                          counter: attempts stopped because their lease was lost
 //
-// Adapter metrics (reported by the Kafka and RabbitMQ adapters, the HTTP
-// middleware and replay):
+// Adapter metrics (reported by the Kafka and RabbitMQ adapters):
 //
 //	idemkit_retries_total{source,scope,kind}                  counter: retries scheduled
 //	idemkit_dead_letters_total{source,scope,kind}             counter: dead-letter copies the broker confirmed
@@ -54,27 +54,41 @@
 //
 // # Labels
 //
+// Label values are idemkit's one vocabulary, the table of [consumer.LabelValues],
+// spelled the same in every metric here, in the OpenTelemetry plugin
+// (contrib/otel) and in its spans:
+//
 //   - scope: the store's scope (consumer.WithScope). WithScopeLabel(false) drops it
 //     from every metric.
-//   - source: who ran the execution: "execute" (ExecuteIdempotently, ExecuteBatch),
-//     "pipeline" or a Pipeline's WithSource name, "kafka", "amqp", "http", "replay".
-//   - outcome: success, duplicate, in_progress, error.
-//   - action: what the outcome asks of an adapter (consumer.ActionFor): settle,
-//     wait, retry, dead-letter.
-//   - kind: the error's kind (consumer.ErrorKind: permanent, conflict, exhausted,
-//     lease_lost, store_unavailable, corrupt, undecodable, invalid_key, not_run,
-//     abandoned, panic, config, handler), or "none" without an error.
+//   - source: who ran the execution: execute (ExecuteIdempotently, ExecuteBatch),
+//     pipeline (or a Pipeline's WithSource name), kafka, amqp, http, replay.
+//   - outcome: success, duplicate, in_progress, error (consumer.OutcomeLabel).
+//   - action: what the entry point does with the message (consumer.ActionLabel):
+//     settle, wait, retry, dead_letter, or reject where the source has no
+//     dead-letter destination (http answers a final error such as 422; replay
+//     leaves the message failed).
+//   - kind: the error's kind (consumer.KindLabel): permanent, conflict, exhausted,
+//     lease_lost, store_unavailable, corrupt, undecodable, invalid_key, no_key,
+//     not_run, abandoned, panic, config, handler; none without an error; unknown
+//     for anything else. The dead-letter counter's kinds are the upper-case kinds
+//     of the copies' headers (PERMANENT, NO_KEY, ...) in lower case.
 //     WithKindLabel(false) drops it from every metric.
 //   - op: claim, settle or renew.
 //   - answer: claimed, duplicate, in_progress, conflict, error. The in_progress
 //     count is how often a claim found another owner at work; an execution that
-//     still finds it after waiting ends with outcome in_progress.
+//     still finds it after waiting ends with outcome in_progress. A claim counted
+//     by idemkit_claim_takeovers_total is also counted as claimed.
 //   - topic, partition, queue: the broker's names. The commit-lag gauge keeps at
 //     most WithLagSeries partitions (the least recently committed is dropped first)
 //     and drops a partition not committed for WithLagExpiry (it moved to another
 //     consumer).
 //   - state: the record states the StateCounter reports (started, completed,
-//     failed, retry, ...).
+//     failed, retry).
+//
+// A handler that finds its effect already applied by an attempt that crashed
+// before recording it (consumer.ErrAlreadyApplied, store/postgres's InTx) is not
+// a failure: its duration is observed with kind none, and its outcome is
+// duplicate.
 //
 // Idempotency keys are never labels: every label has a small, bounded set of
 // values.

@@ -2,7 +2,6 @@ package idemprom
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/idemkit/idemkit/consumer"
@@ -22,6 +21,7 @@ type Metrics struct {
 	storeLatency *prometheus.HistogramVec
 	storeMsgs    *prometheus.CounterVec
 	answers      *prometheus.CounterVec
+	takeovers    *prometheus.CounterVec
 	leasesLost   *prometheus.CounterVec
 	retries      *prometheus.CounterVec
 	deadLetters  *prometheus.CounterVec
@@ -37,6 +37,7 @@ type Metrics struct {
 	sRunning  *series[string, prometheus.Gauge]
 	sStore    *series[scopeOp, storeChildren]
 	sAnswers  *series[string, answerChildren]
+	sTaken    *series[string, prometheus.Counter]
 	sLost     *series[string, prometheus.Counter]
 	sRetry    *series[sourceScopeKind, prometheus.Counter]
 	sDead     *series[sourceScopeKind, prometheus.Counter]
@@ -112,6 +113,7 @@ func New(opts ...Opt) (*Metrics, error) {
 	m.storeLatency = histogram("store_latency_seconds", "How long store calls took (op: claim, settle, renew).", c.storeBuckets, "scope", "op")
 	m.storeMsgs = counter("store_messages_total", "Messages the store calls carried.", "scope", "op")
 	m.answers = counter("claim_answers_total", "What claims found: claimed, duplicate, in_progress (another owner at work), conflict, error.", "scope", "answer")
+	m.takeovers = counter("claim_takeovers_total", "Claims that took over a record whose owner crashed or stalled (its lease ran out, or its lock holder was gone); counted as claimed too.", "scope")
 	m.leasesLost = counter("leases_lost_total", "Attempts stopped because their lease was lost.", "scope")
 	m.retries = counter("retries_total", "Retries adapters scheduled.", "source", "scope", "kind")
 	m.deadLetters = counter("dead_letters_total", "Dead-letter copies the broker confirmed.", "source", "scope", "kind")
@@ -123,8 +125,8 @@ func New(opts ...Opt) (*Metrics, error) {
 	m.records = newRecords(&c, m.lbl)
 
 	m.sOutcome = newSeries(func(k outcomeKey) prometheus.Counter {
-		return m.outcomes.With(m.lbl.labels("scope", k.scope, "source", k.source, "outcome", outcomeName(k.outcome),
-			"action", k.action.String(), "kind", k.kind))
+		return m.outcomes.With(m.lbl.labels("scope", k.scope, "source", k.source, "outcome", consumer.OutcomeLabel(k.outcome),
+			"action", consumer.ActionLabel(k.source, k.action), "kind", k.kind))
 	})
 	m.sHandler = newSeries(func(k scopeKind) prometheus.Observer {
 		return m.handler.With(m.lbl.labels("scope", k.scope, "kind", k.kind))
@@ -141,6 +143,7 @@ func New(opts ...Opt) (*Metrics, error) {
 		}
 		return a
 	})
+	m.sTaken = newSeries(func(scope string) prometheus.Counter { return m.takeovers.With(m.lbl.labels("scope", scope)) })
 	m.sLost = newSeries(func(scope string) prometheus.Counter { return m.leasesLost.With(m.lbl.labels("scope", scope)) })
 	m.sRetry = newSeries(func(k sourceScopeKind) prometheus.Counter {
 		return m.retries.With(m.lbl.labels("source", k.source, "scope", k.scope, "kind", k.kind))
@@ -163,7 +166,7 @@ func New(opts ...Opt) (*Metrics, error) {
 
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.outcomes, m.handler, m.running, m.storeLatency, m.storeMsgs, m.answers,
-		m.leasesLost, m.retries, m.deadLetters, m.bodyless, m.commits, m.acks, m.acked, m.lag, m.records}
+		m.takeovers, m.leasesLost, m.retries, m.deadLetters, m.bodyless, m.commits, m.acks, m.acked, m.lag, m.records}
 }
 
 // Describe sends the descriptions of every metric (prometheus.Collector).
@@ -193,6 +196,10 @@ func (m *Metrics) OnClaim(e consumer.ClaimEvent) {
 		if n > 0 {
 			a[i].Add(float64(n))
 		}
+	}
+	taken := m.sTaken.get(scope) // made at the scope's first claim, so that it reads 0 before any takeover
+	if e.TakenOver > 0 {
+		taken.Add(float64(e.TakenOver))
 	}
 }
 
@@ -260,9 +267,6 @@ func (m *Metrics) OnAck(e consumer.AckEvent) {
 	c[1].Add(float64(e.Messages))
 }
 
-// outcomeName is an outcome as a label value: success, duplicate, in_progress, error.
-func outcomeName(o consumer.Outcome) string { return strings.ToLower(o.String()) }
-
 // labeler leaves out the labels the options drop.
 type labeler struct{ keepScope, keepKind bool }
 
@@ -301,13 +305,10 @@ func (l labeler) scope(s string) string {
 	return s
 }
 
-// kind is the kind's label value: "none" without an error, "" when dropped.
+// kind is the kind's label value (consumer.KindLabel), "" when dropped.
 func (l labeler) kind(k string) string {
-	switch {
-	case !l.keepKind:
+	if !l.keepKind {
 		return ""
-	case k == "":
-		return "none"
 	}
-	return k
+	return consumer.KindLabel(k)
 }

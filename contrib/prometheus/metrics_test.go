@@ -135,8 +135,8 @@ func TestCountsMatchARealRun(t *testing.T) {
 	want := `
 # HELP idemkit_outcomes_total Messages by the outcome of their execution.
 # TYPE idemkit_outcomes_total counter
-idemkit_outcomes_total{action="dead-letter",kind="conflict",outcome="error",scope="orders",source="execute"} 1
-idemkit_outcomes_total{action="dead-letter",kind="permanent",outcome="error",scope="orders",source="execute"} 1
+idemkit_outcomes_total{action="dead_letter",kind="conflict",outcome="error",scope="orders",source="execute"} 1
+idemkit_outcomes_total{action="dead_letter",kind="permanent",outcome="error",scope="orders",source="execute"} 1
 idemkit_outcomes_total{action="retry",kind="handler",outcome="error",scope="orders",source="execute"} 1
 idemkit_outcomes_total{action="settle",kind="none",outcome="duplicate",scope="orders",source="execute"} 5
 idemkit_outcomes_total{action="settle",kind="none",outcome="duplicate",scope="orders",source="replay"} 1
@@ -302,7 +302,7 @@ func TestDroppedLabels(t *testing.T) {
 	want := `
 # HELP svc_outcomes_total Messages by the outcome of their execution.
 # TYPE svc_outcomes_total counter
-svc_outcomes_total{action="dead-letter",outcome="error",source="execute"} 2
+svc_outcomes_total{action="dead_letter",outcome="error",source="execute"} 2
 svc_outcomes_total{action="settle",outcome="success",source="execute"} 2
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "svc_outcomes_total"); err != nil {

@@ -1,0 +1,195 @@
+package consumer_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idemkit/consumer"
+)
+
+// The table in LabelValues' doc comment is the vocabulary LabelValues returns.
+func TestLabelValuesAreDocumented(t *testing.T) {
+	f, err := parser.ParseFile(token.NewFileSet(), "labels.go", nil, parser.ParseComments)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc string
+	for _, d := range f.Decls {
+		if fn, ok := d.(*ast.FuncDecl); ok && fn.Name.Name == "LabelValues" {
+			doc = fn.Doc.Text()
+		}
+	}
+	documented := map[string][]string{}
+	label, inTable := "", false
+	for _, line := range strings.Split(doc, "\n") {
+		switch {
+		case strings.HasPrefix(line, "\t-------"):
+			inTable = true
+			continue
+		case !inTable:
+			continue
+		case !strings.HasPrefix(line, "\t"):
+			inTable = false
+			continue
+		}
+		fields := strings.Fields(line)
+		if !strings.HasPrefix(line, "\t ") { // a new label; else its values go on
+			label, fields = fields[0], fields[1:]
+		}
+		documented[label] = append(documented[label], fields...)
+	}
+	if got := consumer.LabelValues(); fmt.Sprint(got) != fmt.Sprint(documented) {
+		t.Fatalf("LabelValues() = %v\nits doc's table says %v", got, documented)
+	}
+}
+
+// Every value of every label is lower case, and no value is spelled two ways.
+func TestLabelValuesAreOneSpelling(t *testing.T) {
+	for label, values := range consumer.LabelValues() {
+		for _, v := range values {
+			if v != strings.ToLower(v) || strings.Contains(v, "-") {
+				t.Errorf("%s=%q: write label values in lower case with underscores", label, v)
+			}
+		}
+	}
+	vocab := consumer.LabelValues()
+	for _, c := range []struct{ label, got string }{
+		{"outcome", consumer.OutcomeLabel(consumer.Success)},
+		{"outcome", consumer.OutcomeLabel(consumer.Duplicate)},
+		{"outcome", consumer.OutcomeLabel(consumer.InProgress)},
+		{"outcome", consumer.OutcomeLabel(consumer.Error)},
+		{"kind", consumer.KindLabel(consumer.DeadLetterKind(consumer.Permanent(errors.New("declined"))))},
+		{"kind", consumer.KindLabel("NO_KEY")},
+		{"kind", consumer.KindLabel(consumer.DeadLetterKind(nil))},
+		{"kind", consumer.KindLabel("")},
+	} {
+		if !slices.Contains(vocab[c.label], c.got) {
+			t.Errorf("%s=%q is not in the vocabulary %v", c.label, c.got, vocab[c.label])
+		}
+	}
+	if k := consumer.KindLabel(consumer.DeadLetterKind(consumer.Permanent(errors.New("declined")))); k != consumer.KindPermanent {
+		t.Errorf("a dead-lettered permanent failure is labelled kind=%q, an outcome's kind=%q", k, consumer.KindPermanent)
+	}
+	if k := consumer.KindLabel("SOMETHING_NEW"); k != "unknown" {
+		t.Errorf("an unknown kind is labelled %q, want unknown", k)
+	}
+}
+
+// What a message is refused with for good is dead_letter where the source has
+// a dead-letter destination, reject where it has none.
+func TestActionLabel(t *testing.T) {
+	for _, c := range []struct {
+		source string
+		action consumer.Action
+		want   string
+	}{
+		{consumer.SourceKafka, consumer.DeadLetter, "dead_letter"},
+		{consumer.SourceAMQP, consumer.DeadLetter, "dead_letter"},
+		{consumer.SourceExecute, consumer.DeadLetter, "dead_letter"},
+		{consumer.SourceHTTP, consumer.DeadLetter, "reject"},
+		{consumer.SourceReplay, consumer.DeadLetter, "reject"},
+		{consumer.SourceHTTP, consumer.Settle, "settle"},
+		{consumer.SourceHTTP, consumer.Wait, "wait"},
+		{consumer.SourceKafka, consumer.Retry, "retry"},
+	} {
+		if got := consumer.ActionLabel(c.source, c.action); got != c.want {
+			t.Errorf("ActionLabel(%q, %v) = %q, want %q", c.source, c.action, got, c.want)
+		}
+	}
+}
+
+// events records the outcome and handler events it is told of.
+type events struct {
+	mu       sync.Mutex
+	outcomes []consumer.OutcomeEvent
+	ends     []consumer.HandlerEvent
+	claims   []consumer.ClaimEvent
+}
+
+func (e *events) OnOutcome(o consumer.OutcomeEvent) {
+	e.mu.Lock()
+	e.outcomes = append(e.outcomes, o)
+	e.mu.Unlock()
+}
+func (e *events) OnHandlerStart(consumer.HandlerEvent) {}
+func (e *events) OnHandlerEnd(h consumer.HandlerEvent) {
+	e.mu.Lock()
+	e.ends = append(e.ends, h)
+	e.mu.Unlock()
+}
+func (e *events) OnClaim(c consumer.ClaimEvent) {
+	e.mu.Lock()
+	e.claims = append(e.claims, c)
+	e.mu.Unlock()
+}
+
+// ContextWithSource names the source of the executions made with its context,
+// and not of those their handlers start.
+func TestContextWithSource(t *testing.T) {
+	obs := &events{}
+	s := must(consumer.NewMemoryStore(consumer.WithScope("api"), consumer.WithObserver(obs)))
+	ctx := consumer.ContextWithSource(context.Background(), consumer.SourceHTTP)
+	r := consumer.ExecuteIdempotently(ctx, s, "outer", nil, func(hctx context.Context) (int, error) {
+		consumer.ExecuteIdempotently(hctx, s, "inner", nil, func(context.Context) (int, error) { return 2, nil })
+		return 1, nil
+	})
+	consumer.ExecuteBatch(ctx, s, []consumer.BatchItem{{Key: "b"}}, func(context.Context, int, consumer.BatchItem) (int, error) {
+		return 3, nil
+	})
+	if r.Outcome != consumer.Success {
+		t.Fatalf("%v %v", r.Outcome, r.Err)
+	}
+	got := map[string]string{}
+	for _, o := range obs.outcomes {
+		got["outcome "+string(o.Key)] = o.Source
+	}
+	for _, h := range obs.ends {
+		got["handler "+string(h.Key)] = h.Source
+	}
+	want := map[string]string{"outcome outer": "http", "handler outer": "http", "outcome b": "http", "handler b": "http",
+		"outcome inner": "execute", "handler inner": "execute"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("sources %v, want %v", got, want)
+	}
+}
+
+// A handler that finds its effect already applied (ErrAlreadyApplied, as
+// store/postgres's InTx returns after a crash) is no failure: its end carries no
+// error kind, and the claim that took the crashed owner's record over is counted.
+func TestAlreadyAppliedAfterATakeover(t *testing.T) {
+	obs := &events{}
+	s := must(consumer.NewMemoryStore(consumer.WithScope("ledger"), consumer.WithLease(50*time.Millisecond),
+		consumer.WithWaitInProgress(time.Minute), consumer.WithObserver(obs)))
+	ctx := context.Background()
+	// A worker claims the key and dies before it settles.
+	if rep := s.Begin(ctx, []consumer.Claim{{Key: "transfer-7", Owner: "crashed-worker"}}); !rep[0].Claimed() {
+		t.Fatalf("claim: %v %v", rep[0].Status, rep[0].Err)
+	}
+	runs := 0
+	r := consumer.ExecuteIdempotently(ctx, s, "transfer-7", nil, func(context.Context) (int, error) {
+		runs++
+		return 42, consumer.AlreadyApplied()
+	})
+	if r.Outcome != consumer.Duplicate || r.Value != 42 || runs != 1 {
+		t.Fatalf("%v %v value %d, %d runs; want DUPLICATE 42 after 1 run", r.Outcome, r.Err, r.Value, runs)
+	}
+	taken := 0
+	for _, c := range obs.claims {
+		taken += c.TakenOver
+	}
+	if len(obs.ends) != 1 || obs.ends[0].Kind != "" || !errors.Is(obs.ends[0].Err, consumer.ErrAlreadyApplied) {
+		t.Fatalf("handler ends %+v, want one with Err ErrAlreadyApplied and no kind", obs.ends)
+	}
+	if taken != 1 || len(obs.outcomes) != 1 || obs.outcomes[0].Kind != "" {
+		t.Fatalf("%d takeovers, outcomes %+v; want 1 takeover and one outcome without a kind", taken, obs.outcomes)
+	}
+}
