@@ -25,6 +25,16 @@
 // context stops the replay after the running handlers: the rest of their batch is
 // released unrun, and the checkpoint is saved.
 //
+// # Scope
+//
+// Execute, RedriveKafka and RedriveRabbitMQ run handlers and change records for a
+// stream of messages that several services may handle, so, like the broker
+// adapters, they refuse a store left on consumer.DefaultScope, with the error of
+// consumer.Settings.CheckScope (it matches consumer.ErrDefaultScope and ErrConfig
+// and says what to change): give the store the service's consumer.WithScope. They
+// refuse it before reading the source, dry runs of a redrive included. Plan only
+// reads, so it works on any scope, and its report says which (PlanReport.Scope).
+//
 // # Traps it guards against
 //
 //   - Re-encoded payloads: idemkit fingerprints the bytes the live consumer passed

@@ -68,7 +68,9 @@ type readResult struct {
 // run, and one whose key is new runs once however often the replay is interrupted
 // and resumed. The next batch is read while one executes. When ctx is cancelled,
 // the running batch's handlers that have not started are not run; Execute saves the
-// checkpoint and returns ctx's error with the report so far.
+// checkpoint and returns ctx's error with the report so far. It refuses a store on
+// consumer.DefaultScope (an error matching consumer.ErrDefaultScope and ErrConfig)
+// before reading src.
 func Execute[T any](ctx context.Context, store consumer.Store, src Source, fn Handler[T], opts ...Option) (Report, error) {
 	c, err := newConfig(opts)
 	if err != nil {
@@ -76,6 +78,9 @@ func Execute[T any](ctx context.Context, store consumer.Store, src Source, fn Ha
 	}
 	if store == nil || src == nil || fn == nil {
 		return Report{}, configError("nil store, source or handler")
+	}
+	if err := checkScope(store.Settings()); err != nil {
+		return Report{}, err
 	}
 	ack, acks := src.(Acknowledger)
 	if acks && c.checkpoint != nil {
