@@ -10,7 +10,9 @@
 // execution would do: NEW (no record: the handler runs), RETRY (a retryable
 // failure, or a claim whose lease ran out: runs again), DUPLICATE, FAILED,
 // IN_PROGRESS, CONFLICT (the record's fingerprint differs), CORRUPT, INVALID (no
-// usable key) and QUARANTINE (the loop guard). The report marshals to JSON.
+// usable key) and QUARANTINE (the loop guard). It names the first 20 INVALID
+// messages, where each is (a JSONL line number, a Kafka partition and offset) and
+// why (PlanReport.Invalid). The report marshals to JSON.
 //
 // Execute runs the messages in batches through consumer.ExecuteBatch (one claim
 // and one completion round trip per batch, WithConcurrency handlers at once),
@@ -23,7 +25,9 @@
 // with a retryable error, or in progress elsewhere, holds its partition's
 // checkpoint where it is (the rest of the partition still runs). Cancelling the
 // context stops the replay after the running handlers: the rest of their batch is
-// released unrun, and the checkpoint is saved.
+// released unrun, and the checkpoint is saved. The report counts every verdict
+// and names the first 20 messages that did not end RAN or DUPLICATE, with why
+// (Report.Errors).
 //
 // # Scope
 //

@@ -41,11 +41,19 @@ type Report struct {
 	Progress
 	// Checkpoint is the last one saved (or that would have been, without WithCheckpoint).
 	Checkpoint Checkpoint `json:"checkpoint"`
-	// Errors are the first 20 messages that did not settle, with why.
+	// Errors are the first 20 messages that did not end RAN or DUPLICATE, with
+	// their verdict and why: those that did not settle (ERROR, IN_PROGRESS) and those
+	// that a later run will not settle either (FAILED, CONFLICT, CORRUPT, INVALID,
+	// QUARANTINE).
 	Errors []ItemError `json:"errors,omitempty"`
 }
 
-// ItemError is one message that did not settle.
+// maxNamed is how many messages a report names (Report.Errors, PlanReport.Invalid).
+const maxNamed = 20
+
+// ItemError is one message that did not end RAN or DUPLICATE: where it is in its
+// source (Partition and Offset, as Message has them: a JSONL file's "" and line
+// number), its verdict and why.
 type ItemError struct {
 	Key       string  `json:"key"`
 	Partition string  `json:"partition"`
@@ -190,13 +198,13 @@ func (e *executor[T]) batch(ctx context.Context, all []Message) error {
 	var items []consumer.BatchItem
 	var at []int
 	for i, m := range msgs {
+		why := invalid(m)
 		switch {
-		case m.KeyErr != nil:
-			verdicts[i], errs[i] = Invalid, m.KeyErr.Error()
-		case m.Key.Validate() != nil:
-			verdicts[i], errs[i] = Invalid, m.Key.Validate().Error()
+		case why != "":
+			verdicts[i], errs[i] = Invalid, why
 		case e.c.maxReplays > 0 && replays(m) >= e.c.maxReplays:
 			verdicts[i] = Quarantine
+			errs[i] = fmt.Sprintf("its %s header, %d, reached the loop guard's limit of %d (WithMaxReplays)", HeaderReplayCount, replays(m), e.c.maxReplays)
 			if e.c.quarantine != nil {
 				if err := e.c.quarantine(m); err != nil {
 					return fmt.Errorf("replay: quarantine %q: %w", string(m.Key), err)
@@ -227,8 +235,8 @@ func (e *executor[T]) batch(ctx context.Context, all []Message) error {
 		v := verdicts[i]
 		e.rep.Counts[v]++
 		settled := v != Error && v != InProgress
-		if !settled && len(e.rep.Errors) < 20 {
-			e.rep.Errors = append(e.rep.Errors, ItemError{Key: string(m.Key), Partition: m.Partition, Offset: m.Offset, Verdict: v, Err: errs[i]})
+		if v != Ran && v != Duplicate && len(e.rep.Errors) < maxNamed {
+			e.rep.Errors = append(e.rep.Errors, itemError(m, v, errs[i]))
 		}
 		switch {
 		case e.blocked[m.Partition]:
@@ -247,6 +255,10 @@ func (e *executor[T]) batch(ctx context.Context, all []Message) error {
 	}
 	e.progress(false)
 	return nil
+}
+
+func itemError(m Message, v Verdict, why string) ItemError {
+	return ItemError{Key: string(m.Key), Partition: m.Partition, Offset: m.Offset, Verdict: v, Err: why}
 }
 
 // acknowledge acks, on a queue source, the messages whose effect is recorded:
