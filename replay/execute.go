@@ -76,9 +76,10 @@ type readResult struct {
 // run, and one whose key is new runs once however often the replay is interrupted
 // and resumed. The next batch is read while one executes. When ctx is cancelled,
 // the running batch's handlers that have not started are not run; Execute saves the
-// checkpoint and returns ctx's error with the report so far. It refuses a store on
-// consumer.DefaultScope (an error matching consumer.ErrDefaultScope and ErrConfig)
-// before reading src.
+// checkpoint and returns ctx's error with the report so far. It stops the same way
+// after a batch the store did not answer for, with an error matching
+// consumer.ErrStoreUnavailable. It refuses a store on consumer.DefaultScope (an
+// error matching consumer.ErrDefaultScope and ErrConfig) before reading src.
 func Execute[T any](ctx context.Context, store consumer.Store, src Source, fn Handler[T], opts ...Option) (Report, error) {
 	c, err := newConfig(opts)
 	if err != nil {
@@ -176,7 +177,10 @@ type executor[T any] struct {
 	dirty   bool
 }
 
-// batch executes one batch of messages and moves the checkpoint past its settled prefix.
+// batch executes one batch of messages and moves the checkpoint past its settled
+// prefix. It fails, after recording what settled, when the store did not answer
+// for one of the batch's messages: the rest of the source would only meet the
+// same outage.
 func (e *executor[T]) batch(ctx context.Context, all []Message) error {
 	var msgs []Message
 	for _, m := range all {
@@ -222,12 +226,16 @@ func (e *executor[T]) batch(ctx context.Context, all []Message) error {
 	if err := e.checkRetention(ctx, msgs, at); err != nil {
 		return err
 	}
+	var outage error // the first error of a store that did not answer
 	if len(items) > 0 {
 		h := func(ctx context.Context, j int, _ consumer.BatchItem) (T, error) { return e.fn(ctx, msgs[at[j]]) }
 		for j, r := range runBatch(ctx, e.store, items, h, e.c.concurrency) {
 			verdicts[at[j]] = outcomeVerdict(r.Outcome, r.Err)
 			if r.Err != nil {
 				errs[at[j]] = r.Err.Error()
+			}
+			if outage == nil && errors.Is(r.Err, consumer.ErrStoreUnavailable) {
+				outage = r.Err
 			}
 		}
 	}
@@ -254,6 +262,9 @@ func (e *executor[T]) batch(ctx context.Context, all []Message) error {
 		return err
 	}
 	e.progress(false)
+	if outage != nil {
+		return fmt.Errorf("replay: the store did not answer, so the replay stopped after this batch; run it again once the store answers: %w", outage)
+	}
 	return nil
 }
 
