@@ -25,11 +25,13 @@
 // with a retryable error, or in progress elsewhere, holds its partition's
 // checkpoint where it is (the rest of the partition still runs). Cancelling the
 // context stops the replay after the running handlers: the rest of their batch is
-// released unrun, and the checkpoint is saved. So does a store that does not
-// answer: Execute stops after the first batch in which a message's store call
-// failed (an error matching consumer.ErrStoreUnavailable), since every batch after
-// it would only meet the same outage, and returns that error; run it again once
-// the store answers. The report counts every verdict and names the first 20
+// released unrun, a handler that returns an error once the replay is stopping
+// (its context is cancelled too) has its claim given back without counting an
+// attempt, and the checkpoint is saved. A store that does not answer stops it
+// too: Execute stops after the first batch in which a message's store call failed
+// (an error matching consumer.ErrStoreUnavailable), since every batch after it
+// would only meet the same outage, and returns that error; run it again once the
+// store answers. The report counts every verdict and names the first 20
 // messages that did not end RAN or DUPLICATE, with why (Report.Errors).
 //
 // # Scope

@@ -228,7 +228,15 @@ func (e *executor[T]) batch(ctx context.Context, all []Message) error {
 	}
 	var outage error // the first error of a store that did not answer
 	if len(items) > 0 {
-		h := func(ctx context.Context, j int, _ consumer.BatchItem) (T, error) { return e.fn(ctx, msgs[at[j]]) }
+		h := func(hctx context.Context, j int, _ consumer.BatchItem) (T, error) {
+			v, err := e.fn(hctx, msgs[at[j]])
+			if err != nil && ctx.Err() != nil {
+				// Cut short by the replay's own stop: the claim is given back and the
+				// attempt not counted.
+				err = consumer.Abandon(err)
+			}
+			return v, err
+		}
 		for j, r := range runBatch(ctx, e.store, items, h, e.c.concurrency) {
 			verdicts[at[j]] = outcomeVerdict(r.Outcome, r.Err)
 			if r.Err != nil {
