@@ -54,11 +54,24 @@
 // TLS, credentials and vhost in the URL. Every Redis call, and each connection
 // attempt, is bounded by --timeout [IDEMKIT_TIMEOUT].
 //
+// # Scopes
+//
+// The commands that change records or run commands for messages (unstick,
+// forget, rerun, replay, redrive) need the service's --scope [IDEMKIT_SCOPE] and
+// refuse the default scope "default", dry runs included, with exit 2 and the
+// error of consumer.Settings.CheckScope, the rule the broker adapters follow:
+// services that handle the same messages each keep records of their own, and a
+// command given no scope would act on none of them (a replay would run every
+// message again). The commands that only read work on any scope and say which one
+// they read: with no --scope, inspect and plan read "default", list and stats
+// read every scope.
+//
 // # Exit codes
 //
 //	0  done
 //	1  failed for another reason (the message says why)
-//	2  bad usage: an unknown flag, a missing argument or a value out of range
+//	2  bad usage: an unknown flag, a missing argument or a value out of range, or
+//	   a command that changes records given no --scope or the default one
 //	3  no record at the key
 //	4  refused: the record's state or fence does not allow the change, or the replay's
 //	   retention guard stopped it (--accept-beyond-retention)

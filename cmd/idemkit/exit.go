@@ -49,7 +49,7 @@ func exitCode(err error) int {
 	case err == nil:
 		return exitOK
 	case errors.As(err, &ue), errors.Is(err, admin.ErrInvalid), errors.Is(err, replay.ErrConfig),
-		errors.Is(err, consumer.ErrInvalidConfig), errors.Is(err, consumer.ErrInvalidKey):
+		errors.Is(err, consumer.ErrInvalidConfig), errors.Is(err, consumer.ErrInvalidKey), errors.Is(err, consumer.ErrDefaultScope):
 		return exitUsage
 	case errors.Is(err, admin.ErrNotFound):
 		return exitNotFound

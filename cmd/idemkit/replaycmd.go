@@ -191,7 +191,7 @@ func (a *app) plan(ctx context.Context, s *sourceFlags) (replay.PlanReport, erro
 	if err != nil {
 		return replay.PlanReport{}, err
 	}
-	store, err := a.store(a.scope)
+	store, err := a.readStore()
 	if err != nil {
 		return replay.PlanReport{}, err
 	}
@@ -205,6 +205,9 @@ func (a *app) plan(ctx context.Context, s *sourceFlags) (replay.PlanReport, erro
 
 func (a *app) printPlan(p replay.PlanReport) {
 	fmt.Fprintf(a.out, "plan of %s in scope %q: %d messages\n", p.Source, p.Scope, p.Messages)
+	if a.scope == "" {
+		fmt.Fprintf(a.out, "(%s)\n", noScope)
+	}
 	tw := tabwriter.NewWriter(a.out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "VERDICT\tMESSAGES\tEXAMPLE KEYS")
 	for _, v := range replay.Verdicts {
@@ -238,7 +241,10 @@ IDEMKIT_OFFSET in its environment. Exit 0 completes the key (its standard output
 up to 64 KiB, is the stored result); exit 75 (EX_TEMPFAIL) is a retryable failure;
 any other exit fails the key for good. Without --execute it only prints the plan.
 A RabbitMQ queue (--queue) is consumed: what ran or was a duplicate is acked off
-it, everything else stays; a plan returns every message to it.`,
+it, everything else stays; a plan returns every message to it.
+
+replay changes records, so it needs the service's --scope [IDEMKIT_SCOPE] and
+refuses the default scope "default", dry runs included (exit 2).`,
 		Args: exactArgs(0, "no arguments (name the source with --jsonl, --topic or --queue)"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -247,6 +253,10 @@ it, everything else stays; a plan returns every message to it.`,
 			}
 			if concurrency < 1 || rate < 0 {
 				return usagef("--concurrency takes at least 1, --rate 0 (unlimited) or more")
+			}
+			store, err := a.writeStore("replay")
+			if err != nil {
+				return err
 			}
 			if !execute {
 				plan, err := a.plan(ctx, &s)
@@ -262,10 +272,6 @@ it, everything else stays; a plan returns every message to it.`,
 				return nil
 			}
 			opts, err := s.options()
-			if err != nil {
-				return err
-			}
-			store, err := a.store(a.scope)
 			if err != nil {
 				return err
 			}
