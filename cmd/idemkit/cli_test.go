@@ -356,7 +356,7 @@ func TestPlanAndReplayKafka(t *testing.T) {
 	jl := filepath.Join(dir, "m.jsonl")
 	os.WriteFile(jl, []byte(`{"key":"j1","payload":"x"}`+"\n"), 0o600)
 	expect(t, idemkit(t, "--redis", addr, "--prefix", prefix, "--scope", "payments", "replay", "--jsonl", jl, "--exec", "exit 75", "--execute"), 6,
-		"did not settle", "exit 75 (retry later)")
+		"did not settle", "ERROR line 1: j1: --exec command: exit 75 (retry later)")
 }
 
 func TestBench(t *testing.T) {

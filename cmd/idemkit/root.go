@@ -88,6 +88,10 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) int {
 	root.SetOut(out)
 	root.SetErr(errOut)
 	err := root.ExecuteContext(ctx)
+	var ie interruptedError
+	if err != nil && ctx.Err() != nil && !errors.As(err, &ie) {
+		err = interruptedError{err: err}
+	}
 	if err != nil {
 		fmt.Fprintln(errOut, "idemkit:", err)
 	}
@@ -103,10 +107,7 @@ Records live in Redis at <prefix>:{<scope>:<key>}; give the same --prefix and
 variable (in brackets).
 
 ` + scopeHelp + `
-Exit codes: 0 ok, 1 failure, 2 bad usage (a command that changes records given no
---scope or the default one included), 3 no record, 4 refused (state, fence or
-retention guard), 5 Redis, Kafka or RabbitMQ unreachable, 6 a replay finished with
-messages that did not settle.`
+` + exitCodeHelp()
 }
 
 // scopeHelp is the rule for scopes, as --help states it.
