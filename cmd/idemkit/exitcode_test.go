@@ -30,8 +30,9 @@ func lines(t *testing.T, dir, name string, ls ...string) string {
 
 // A cron job can tell from replay's exit code how the run ended: 0 when every
 // message ended RAN or DUPLICATE, 6 when some are to retry, 7 when some failed for
-// good, conflict, are invalid or quarantined (whatever else happened), 2 for a bad
-// command line, 5 when the store does not answer. INVALID lines are named in the
+// good, conflict, are invalid or quarantined (whatever else happened), 4 when the
+// retention guard stops it, 2 for a bad command line, 5 when the store does not
+// answer. INVALID lines are named in the
 // plan, the dry run and the run, by line number and why.
 func TestReplayExitCodes(t *testing.T) {
 	addr, prefix := testenv.RedisAddr(t), testenv.Prefix(t)
@@ -94,6 +95,12 @@ func TestReplayExitCodes(t *testing.T) {
 	quarantined := lines(t, dir, "loop.jsonl", `{"key":"new-4","payload":"x","headers":{"idemkit-replay-count":"5"}}`)
 	expect(t, replay(quarantined, "--execute"), exitUnresolved, "QUARANTINE 1", "QUARANTINE line 1: new-4: its idemkit-replay-count header, 5")
 
+	old := lines(t, dir, "old.jsonl", `{"key":"new-5","payload":"x","time":"`+time.Now().Add(-72*time.Hour).UTC().Format(time.RFC3339)+`"}`)
+	r = replay(old, "--execute")
+	expect(t, r, exitRefused, "older than the 24h0m0s retention")
+	if strings.Contains(r.stdout, "every message settled") {
+		t.Fatalf("a replay the retention guard stopped says every message settled:\n%s", r.stdout)
+	}
 	expect(t, replay(settled, "--execute", "--concurrency", "0"), exitUsage, "--concurrency")
 	expect(t, squeeze(idemkit(t, "--redis", "127.0.0.1:1", "--timeout", "300ms", "--prefix", prefix, "--scope", "payments",
 		"replay", "--jsonl", retry, "--exec", "true", "--execute")), exitUnreachable, "the Redis server at 127.0.0.1:1 did not answer")

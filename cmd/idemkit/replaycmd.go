@@ -340,21 +340,9 @@ func (a *app) dryRun(ctx context.Context, s *sourceFlags, store *consumer.RedisS
 // runReplay executes the replay r describes, prints its report, and returns
 // the error its exit code comes from.
 func (a *app) runReplay(ctx context.Context, r *replayRun, store *consumer.RedisStore) error {
-	opts, err := r.s.options()
+	opts, resume, err := r.options()
 	if err != nil {
 		return err
-	}
-	var resume *replay.Checkpoint
-	if r.checkpoint != "" && r.s.queue != "" {
-		return usagef("--checkpoint with --queue: a queue keeps its own place (what is done is acked off it); drop --checkpoint")
-	}
-	if r.checkpoint != "" {
-		cp, err := replay.FileCheckpoint(r.checkpoint).Load()
-		if err != nil {
-			return usageError{err}
-		}
-		resume = &cp
-		opts = append(opts, replay.WithCheckpoint(replay.FileCheckpoint(r.checkpoint)))
 	}
 	src, total, err := a.open(ctx, &r.s, resume)
 	if err != nil {
@@ -364,30 +352,56 @@ func (a *app) runReplay(ctx context.Context, r *replayRun, store *consumer.Redis
 	if err != nil {
 		return err
 	}
-	opts = append(opts, replay.WithConcurrency(r.concurrency), replay.WithRate(r.rate), replay.WithAcceptBeyondRetention(r.accept),
-		replay.WithProgress(report))
-	rep, err := replay.Execute(ctx, store, src, execHandler(r.command), opts...)
+	rep, err := replay.Execute(ctx, store, src, execHandler(r.command), append(opts, replay.WithProgress(report))...)
 	if a.json {
 		if perr := a.printJSON(rep); perr != nil && err == nil {
 			err = perr
 		}
 	} else {
-		a.printReport(rep, &r.s)
+		a.printReport(rep, &r.s, err == nil)
 	}
 	switch {
 	case err != nil && ctx.Err() != nil:
-		hint := "; the replay stopped after its running commands"
-		if r.checkpoint != "" {
-			hint += " and saved its checkpoint in " + r.checkpoint
-		}
-		return interruptedError{err: err, hint: hint + ": run it again to resume (what ran is recorded, and is a DUPLICATE the next time)"}
+		return r.interrupted(err)
 	case err != nil:
 		return a.redisErr(err)
 	}
 	return replayExit(rep.Counts)
 }
 
-func (a *app) printReport(r replay.Report, s *sourceFlags) {
+// options are the replay's options but progress, and the checkpoint it resumes
+// from (nil: none).
+func (r *replayRun) options() ([]replay.Option, *replay.Checkpoint, error) {
+	opts, err := r.s.options()
+	if err != nil {
+		return nil, nil, err
+	}
+	opts = append(opts, replay.WithConcurrency(r.concurrency), replay.WithRate(r.rate), replay.WithAcceptBeyondRetention(r.accept))
+	switch {
+	case r.checkpoint == "":
+		return opts, nil, nil
+	case r.s.queue != "":
+		return nil, nil, usagef("--checkpoint with --queue: a queue keeps its own place (what is done is acked off it); drop --checkpoint")
+	}
+	cp, err := replay.FileCheckpoint(r.checkpoint).Load()
+	if err != nil {
+		return nil, nil, usageError{err}
+	}
+	return append(opts, replay.WithCheckpoint(replay.FileCheckpoint(r.checkpoint))), &cp, nil
+}
+
+// interrupted is the error of a replay a signal stopped.
+func (r *replayRun) interrupted(err error) error {
+	hint := "; the replay stopped after its running commands"
+	if r.checkpoint != "" {
+		hint += " and saved its checkpoint in " + r.checkpoint
+	}
+	return interruptedError{err: err, hint: hint + ": run it again to resume (what ran is recorded, and is a DUPLICATE the next time)"}
+}
+
+// printReport prints what a replay did; finished says it reached the end of its
+// source.
+func (a *app) printReport(r replay.Report, s *sourceFlags, finished bool) {
 	fmt.Fprintf(a.out, "replay of %s: %d messages read, %d skipped (before the checkpoint), %s, %.0f msgs/s\n",
 		r.Source, r.Read, r.Skipped, r.Elapsed.Truncate(time.Millisecond), r.Rate)
 	tw := tabwriter.NewWriter(a.out, 0, 0, 2, ' ', 0)
@@ -400,10 +414,17 @@ func (a *app) printReport(r replay.Report, s *sourceFlags) {
 		}
 	}
 	_ = tw.Flush()
-	if n := r.Read - r.Skipped - r.Counts[replay.Ran] - r.Counts[replay.Duplicate]; n > 0 {
+	n := 0
+	for v, c := range r.Counts {
+		if v != replay.Ran && v != replay.Duplicate {
+			n += c
+		}
+	}
+	switch {
+	case n > 0:
 		fmt.Fprintf(a.out, "%d messages did not end RAN or DUPLICATE:\n", n)
 		a.printItems(r.Errors, n, s)
-	} else if r.Final {
+	case finished:
 		fmt.Fprintf(a.out, "every message settled: %d RAN, %d DUPLICATE\n", r.Counts[replay.Ran], r.Counts[replay.Duplicate])
 	}
 	parts := make([]string, 0, len(r.Checkpoint.Next))
