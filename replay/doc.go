@@ -10,7 +10,9 @@
 // execution would do: NEW (no record: the handler runs), RETRY (a retryable
 // failure, or a claim whose lease ran out: runs again), DUPLICATE, FAILED,
 // IN_PROGRESS, CONFLICT (the record's fingerprint differs), CORRUPT, INVALID (no
-// usable key) and QUARANTINE (the loop guard). The report marshals to JSON.
+// usable key) and QUARANTINE (the loop guard). It names the first 20 INVALID
+// messages, where each is (a JSONL line number, a Kafka partition and offset) and
+// why (PlanReport.Invalid). The report marshals to JSON.
 //
 // Execute runs the messages in batches through consumer.ExecuteBatch (one claim
 // and one completion round trip per batch, WithConcurrency handlers at once),
@@ -23,7 +25,24 @@
 // with a retryable error, or in progress elsewhere, holds its partition's
 // checkpoint where it is (the rest of the partition still runs). Cancelling the
 // context stops the replay after the running handlers: the rest of their batch is
-// released unrun, and the checkpoint is saved.
+// released unrun, a handler that returns an error once the replay is stopping
+// (its context is cancelled too) has its claim given back without counting an
+// attempt, and the checkpoint is saved. A store that does not answer stops it
+// too: Execute stops after the first batch in which a message's store call failed
+// (an error matching consumer.ErrStoreUnavailable), since every batch after it
+// would only meet the same outage, and returns that error; run it again once the
+// store answers. The report counts every verdict and names the first 20
+// messages that did not end RAN or DUPLICATE, with why (Report.Errors).
+//
+// # Scope
+//
+// Execute, RedriveKafka and RedriveRabbitMQ run handlers and change records for a
+// stream of messages that several services may handle, so, like the broker
+// adapters, they refuse a store left on consumer.DefaultScope, with the error of
+// consumer.Settings.CheckScope (it matches consumer.ErrDefaultScope and ErrConfig
+// and says what to change): give the store the service's consumer.WithScope. They
+// refuse it before reading the source, dry runs of a redrive included. Plan only
+// reads, so it works on any scope, and its report says which (PlanReport.Scope).
 //
 // # Traps it guards against
 //

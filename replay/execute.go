@@ -41,11 +41,19 @@ type Report struct {
 	Progress
 	// Checkpoint is the last one saved (or that would have been, without WithCheckpoint).
 	Checkpoint Checkpoint `json:"checkpoint"`
-	// Errors are the first 20 messages that did not settle, with why.
+	// Errors are the first 20 messages that did not end RAN or DUPLICATE, with
+	// their verdict and why: those that did not settle (ERROR, IN_PROGRESS) and those
+	// that a later run will not settle either (FAILED, CONFLICT, CORRUPT, INVALID,
+	// QUARANTINE).
 	Errors []ItemError `json:"errors,omitempty"`
 }
 
-// ItemError is one message that did not settle.
+// maxNamed is how many messages a report names (Report.Errors, PlanReport.Invalid).
+const maxNamed = 20
+
+// ItemError is one message that did not end RAN or DUPLICATE: where it is in its
+// source (Partition and Offset, as Message has them: a JSONL file's "" and line
+// number), its verdict and why.
 type ItemError struct {
 	Key       string  `json:"key"`
 	Partition string  `json:"partition"`
@@ -68,7 +76,10 @@ type readResult struct {
 // run, and one whose key is new runs once however often the replay is interrupted
 // and resumed. The next batch is read while one executes. When ctx is cancelled,
 // the running batch's handlers that have not started are not run; Execute saves the
-// checkpoint and returns ctx's error with the report so far.
+// checkpoint and returns ctx's error with the report so far. It stops the same way
+// after a batch the store did not answer for, with an error matching
+// consumer.ErrStoreUnavailable. It refuses a store on consumer.DefaultScope (an
+// error matching consumer.ErrDefaultScope and ErrConfig) before reading src.
 func Execute[T any](ctx context.Context, store consumer.Store, src Source, fn Handler[T], opts ...Option) (Report, error) {
 	c, err := newConfig(opts)
 	if err != nil {
@@ -76,6 +87,9 @@ func Execute[T any](ctx context.Context, store consumer.Store, src Source, fn Ha
 	}
 	if store == nil || src == nil || fn == nil {
 		return Report{}, configError("nil store, source or handler")
+	}
+	if err := checkScope(store.Settings()); err != nil {
+		return Report{}, err
 	}
 	ack, acks := src.(Acknowledger)
 	if acks && c.checkpoint != nil {
@@ -163,7 +177,10 @@ type executor[T any] struct {
 	dirty   bool
 }
 
-// batch executes one batch of messages and moves the checkpoint past its settled prefix.
+// batch executes one batch of messages and moves the checkpoint past its settled
+// prefix. It fails, after recording what settled, when the store did not answer
+// for one of the batch's messages: the rest of the source would only meet the
+// same outage.
 func (e *executor[T]) batch(ctx context.Context, all []Message) error {
 	var msgs []Message
 	for _, m := range all {
@@ -185,13 +202,13 @@ func (e *executor[T]) batch(ctx context.Context, all []Message) error {
 	var items []consumer.BatchItem
 	var at []int
 	for i, m := range msgs {
+		why := invalid(m)
 		switch {
-		case m.KeyErr != nil:
-			verdicts[i], errs[i] = Invalid, m.KeyErr.Error()
-		case m.Key.Validate() != nil:
-			verdicts[i], errs[i] = Invalid, m.Key.Validate().Error()
+		case why != "":
+			verdicts[i], errs[i] = Invalid, why
 		case e.c.maxReplays > 0 && replays(m) >= e.c.maxReplays:
 			verdicts[i] = Quarantine
+			errs[i] = fmt.Sprintf("its %s header, %d, reached the loop guard's limit of %d (WithMaxReplays)", HeaderReplayCount, replays(m), e.c.maxReplays)
 			if e.c.quarantine != nil {
 				if err := e.c.quarantine(m); err != nil {
 					return fmt.Errorf("replay: quarantine %q: %w", string(m.Key), err)
@@ -209,12 +226,24 @@ func (e *executor[T]) batch(ctx context.Context, all []Message) error {
 	if err := e.checkRetention(ctx, msgs, at); err != nil {
 		return err
 	}
+	var outage error // the first error of a store that did not answer
 	if len(items) > 0 {
-		h := func(ctx context.Context, j int, _ consumer.BatchItem) (T, error) { return e.fn(ctx, msgs[at[j]]) }
+		h := func(hctx context.Context, j int, _ consumer.BatchItem) (T, error) {
+			v, err := e.fn(hctx, msgs[at[j]])
+			if err != nil && ctx.Err() != nil {
+				// Cut short by the replay's own stop: the claim is given back and the
+				// attempt not counted.
+				err = consumer.Abandon(err)
+			}
+			return v, err
+		}
 		for j, r := range runBatch(ctx, e.store, items, h, e.c.concurrency) {
 			verdicts[at[j]] = outcomeVerdict(r.Outcome, r.Err)
 			if r.Err != nil {
 				errs[at[j]] = r.Err.Error()
+			}
+			if outage == nil && errors.Is(r.Err, consumer.ErrStoreUnavailable) {
+				outage = r.Err
 			}
 		}
 	}
@@ -222,8 +251,8 @@ func (e *executor[T]) batch(ctx context.Context, all []Message) error {
 		v := verdicts[i]
 		e.rep.Counts[v]++
 		settled := v != Error && v != InProgress
-		if !settled && len(e.rep.Errors) < 20 {
-			e.rep.Errors = append(e.rep.Errors, ItemError{Key: string(m.Key), Partition: m.Partition, Offset: m.Offset, Verdict: v, Err: errs[i]})
+		if v != Ran && v != Duplicate && len(e.rep.Errors) < maxNamed {
+			e.rep.Errors = append(e.rep.Errors, itemError(m, v, errs[i]))
 		}
 		switch {
 		case e.blocked[m.Partition]:
@@ -241,7 +270,14 @@ func (e *executor[T]) batch(ctx context.Context, all []Message) error {
 		return err
 	}
 	e.progress(false)
+	if outage != nil {
+		return fmt.Errorf("replay: the store did not answer, so the replay stopped after this batch; run it again once the store answers: %w", outage)
+	}
 	return nil
+}
+
+func itemError(m Message, v Verdict, why string) ItemError {
+	return ItemError{Key: string(m.Key), Partition: m.Partition, Offset: m.Offset, Verdict: v, Err: why}
 }
 
 // acknowledge acks, on a queue source, the messages whose effect is recorded:

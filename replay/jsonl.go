@@ -25,7 +25,8 @@ import (
 // holds it; payload_base64 gives binary payloads instead. time (RFC 3339) and
 // headers are optional. Blank lines are skipped. A message's offset is its line
 // number, from 1; its partition is "". A line that is not such an object is a
-// message with a KeyErr saying what is wrong (counted INVALID, not run).
+// message with a KeyErr saying what is wrong (counted INVALID, not run); the line
+// number is the message's Offset, not repeated in the KeyErr.
 type JSONLSource struct {
 	name string
 	r    *bufio.Reader
@@ -103,11 +104,11 @@ func (s *JSONLSource) parse(line []byte) Message {
 	m := Message{Offset: s.line}
 	var l jsonLine
 	if err := json.Unmarshal(line, &l); err != nil {
-		m.KeyErr = fmt.Errorf("line %d is not a JSON object: %v", s.line, err)
+		m.KeyErr = fmt.Errorf("not a JSON object: %v", err)
 		return m
 	}
 	if l.Key == nil || *l.Key == "" {
-		m.KeyErr = fmt.Errorf("line %d has no \"key\"", s.line)
+		m.KeyErr = errors.New(`no "key"`)
 	} else {
 		m.Key = consumer.Key(*l.Key)
 	}
@@ -115,7 +116,7 @@ func (s *JSONLSource) parse(line []byte) Message {
 	case l.B64 != nil:
 		p, err := base64.StdEncoding.DecodeString(*l.B64)
 		if err != nil && m.KeyErr == nil {
-			m.KeyErr = fmt.Errorf("line %d: payload_base64: %v", s.line, err)
+			m.KeyErr = fmt.Errorf("payload_base64: %v", err)
 		}
 		m.Payload = p
 	case len(l.Payload) > 0 && l.Payload[0] == '"':

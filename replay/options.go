@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/idemkit/idemkit/consumer"
 )
 
 // ErrConfig is matched by every configuration error of Plan and Execute.
@@ -12,6 +14,18 @@ var ErrConfig = errors.New("replay: invalid configuration")
 
 func configError(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrConfig}, args...)...)
+}
+
+// checkScope is the rule of every entry point that runs handlers or changes
+// records (Execute, RedriveKafka, RedriveRabbitMQ): a store left on the default
+// scope is refused, as the broker adapters refuse it, since the services that
+// handle one stream of messages would share its records. The error matches
+// ErrConfig and consumer.ErrDefaultScope.
+func checkScope(s consumer.Settings) error {
+	if err := s.CheckScope(); err != nil {
+		return configError("%w", err)
+	}
+	return nil
 }
 
 // Option configures Plan and Execute. Every option states its default.

@@ -37,8 +37,13 @@ type PlanReport struct {
 	Scope    string          `json:"scope"`
 	Messages int             `json:"messages"`
 	Counts   map[Verdict]int `json:"counts"`
-	// Examples are up to five keys per verdict.
+	// Examples are up to five keys per verdict (of INVALID messages, only the
+	// usable keys of those invalid for another reason).
 	Examples map[Verdict][]string `json:"examples,omitempty"`
+	// Invalid names the first 20 INVALID messages: where each is (Partition and
+	// Offset: a JSONL file's "" and line number, a Kafka record's topic/partition
+	// and offset) and why (Err). Counts[Invalid] counts them all.
+	Invalid []ItemError `json:"invalid,omitempty"`
 	// Retention is the store's; BeyondRetention counts messages older than it, and
 	// BeyondRetentionNew those of them with no record: they may have run before their
 	// record expired, and would run again (Execute refuses them unless told).
@@ -94,12 +99,15 @@ func Plan(ctx context.Context, store consumer.Store, src Source, opts ...Option)
 	for {
 		msgs, rerr := src.Read(ctx, c.batch)
 		if len(msgs) > 0 {
-			verdicts, err := classify(ctx, store, s, &c, msgs)
+			verdicts, why, err := classify(ctx, store, s, &c, msgs)
 			if err != nil {
 				return rep, err
 			}
 			for i, m := range msgs {
 				v := verdicts[i]
+				if v == Invalid && len(rep.Invalid) < maxNamed {
+					rep.Invalid = append(rep.Invalid, itemError(m, v, why[i]))
+				}
 				if v == New || v == Retry || v == Duplicate || v == Failed || v == InProgress || v == Conflict {
 					if _, dup := seen[m.Key]; dup {
 						v = Duplicate
@@ -140,7 +148,7 @@ func Plan(ctx context.Context, store consumer.Store, src Source, opts ...Option)
 func (r *PlanReport) add(v Verdict, m Message) {
 	r.Messages++
 	r.Counts[v]++
-	if len(r.Examples[v]) < 5 {
+	if len(r.Examples[v]) < 5 && m.Key.Validate() == nil {
 		r.Examples[v] = append(r.Examples[v], string(m.Key))
 	}
 }
@@ -151,24 +159,27 @@ func replays(m Message) int {
 	return n
 }
 
-// classify gives each message the verdict of its record, in one read.
-func classify(ctx context.Context, store consumer.Store, s consumer.Settings, c *config, msgs []Message) ([]Verdict, error) {
+// classify gives each message the verdict of its record, in one read, and says
+// why of each INVALID one.
+func classify(ctx context.Context, store consumer.Store, s consumer.Settings, c *config, msgs []Message) ([]Verdict, []string, error) {
 	out := make([]Verdict, len(msgs))
+	why := make([]string, len(msgs))
 	var keys []consumer.Key
 	var at []int
 	for i, m := range msgs {
-		switch {
-		case m.KeyErr != nil || m.Key.Validate() != nil:
-			out[i] = Invalid
-		case c.maxReplays > 0 && replays(m) >= c.maxReplays:
-			out[i] = Quarantine
-		default:
-			keys, at = append(keys, m.Key), append(at, i)
+		if reason := invalid(m); reason != "" {
+			out[i], why[i] = Invalid, reason
+			continue
 		}
+		if c.maxReplays > 0 && replays(m) >= c.maxReplays {
+			out[i] = Quarantine
+			continue
+		}
+		keys, at = append(keys, m.Key), append(at, i)
 	}
 	recs, err := peek(ctx, store, keys)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for j, r := range recs {
 		i := at[j]
@@ -179,7 +190,7 @@ func classify(ctx context.Context, store consumer.Store, s consumer.Settings, c 
 		if s.Fingerprint && !r.Fingerprint.IsZero() && r.State != "forgotten" {
 			fp, err := c.fingerprint(msgs[i])
 			if err != nil {
-				out[i] = Invalid
+				out[i], why[i] = Invalid, "canonical form: "+err.Error()
 				continue
 			}
 			if fp != r.Fingerprint {
@@ -189,7 +200,18 @@ func classify(ctx context.Context, store consumer.Store, s consumer.Settings, c 
 		}
 		out[i] = verdictOf(r.Record)
 	}
-	return out, nil
+	return out, why, nil
+}
+
+// invalid says why m cannot run (no usable key), or "" when it can.
+func invalid(m Message) string {
+	if m.KeyErr != nil {
+		return m.KeyErr.Error()
+	}
+	if err := m.Key.Validate(); err != nil {
+		return err.Error()
+	}
+	return ""
 }
 
 func verdictOf(r consumer.Record) Verdict {

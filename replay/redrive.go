@@ -115,7 +115,9 @@ type RedriveReport struct {
 // idemkit-replay-count raised by one. With Rerun, keys that failed for good are made
 // to run once more first (only failed ones, at the fence the store holds, so a
 // redrive done twice never reruns a key its first pass completed). A key completed
-// since is not republished.
+// since is not republished. A store on consumer.DefaultScope is refused before src
+// is read, dry runs included (an error matching consumer.ErrDefaultScope and
+// ErrConfig).
 func RedriveKafka(ctx context.Context, store admin.Store, src Source, cl *kgo.Client, o RedriveOptions) (RedriveReport, error) {
 	if cl == nil {
 		return RedriveReport{Counts: map[Verdict]int{}, Kinds: map[string]int{}}, configError("nil Kafka client")
@@ -125,13 +127,16 @@ func RedriveKafka(ctx context.Context, store admin.Store, src Source, cl *kgo.Cl
 	})
 }
 
-// redrive checks o, fills in its defaults and reads src to its end, handing each
-// batch and the completed options to step.
+// redrive checks the store's scope and o, fills in o's defaults and reads src to
+// its end, handing each batch and the completed options to step.
 func redrive(ctx context.Context, store admin.Store, src Source, o RedriveOptions,
 	step func(in *admin.Inspector, o RedriveOptions, msgs []Message, rep *RedriveReport) error) (RedriveReport, error) {
 	rep := RedriveReport{Counts: map[Verdict]int{}, Kinds: map[string]int{}}
 	if store == nil || src == nil {
 		return rep, configError("nil store or source")
+	}
+	if err := checkScope(store.Settings()); err != nil {
+		return rep, err
 	}
 	if o.MaxReplays == 0 {
 		o.MaxReplays = 5

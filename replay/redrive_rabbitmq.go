@@ -65,19 +65,18 @@ func ReadRabbitDeadLetter(h map[string]string) (RabbitDeadLetter, error) {
 // republication; a crash between the two leaves it in both queues, and the store
 // answers the second run as a DUPLICATE. What is not redriven (filtered, already
 // done, not rerun, quarantined, invalid) stays in the dead-letter queue. The
-// decisions, Rerun and the loop guard are RedriveKafka's.
+// decisions, Rerun, the loop guard and the refusal of the default scope are
+// RedriveKafka's.
 func RedriveRabbitMQ(ctx context.Context, store admin.Store, src *RabbitSource, conn *amqp091.Connection, o RedriveOptions) (RedriveReport, error) {
 	if src == nil || conn == nil || conn.IsClosed() {
 		return RedriveReport{Counts: map[Verdict]int{}, Kinds: map[string]int{}}, configError("nil source, or no open connection")
 	}
-	var pub *rabbitPublisher
-	if o.Execute {
-		var err error
-		if pub, err = newRabbitPublisher(conn); err != nil {
-			return RedriveReport{Counts: map[Verdict]int{}, Kinds: map[string]int{}}, err
+	var pub *rabbitPublisher // opened at the first copy to republish
+	defer func() {
+		if pub != nil {
+			pub.close()
 		}
-		defer pub.close()
-	}
+	}()
 	return redrive(ctx, store, src, o, func(in *admin.Inspector, o RedriveOptions, msgs []Message, rep *RedriveReport) error {
 		var out []Message
 		var to []string
@@ -103,6 +102,12 @@ func RedriveRabbitMQ(ctx context.Context, store admin.Store, src *RabbitSource, 
 		}
 		if len(out) == 0 {
 			return nil
+		}
+		if pub == nil {
+			var err error
+			if pub, err = newRabbitPublisher(conn); err != nil {
+				return err
+			}
 		}
 		if err := pub.publish(ctx, out, to); err != nil {
 			return err

@@ -64,10 +64,16 @@ type result struct {
 // idemkit runs the binary with args and returns what a user sees.
 func idemkit(t *testing.T, args ...string) result {
 	t.Helper()
+	return idemkitEnv(t, nil, args...)
+}
+
+// idemkitEnv runs the binary with args and the environment variables env added.
+func idemkitEnv(t *testing.T, env []string, args ...string) result {
+	t.Helper()
 	cmd := exec.Command(bin, args...)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
-	cmd.Env = append(os.Environ(), "USER=tester")
+	cmd.Env = append(append(os.Environ(), "USER=tester"), env...)
 	err := cmd.Run()
 	r := result{stdout: out.String(), stderr: errOut.String()}
 	var ee *exec.ExitError
@@ -169,7 +175,7 @@ func TestUsageAndUnreachable(t *testing.T) {
 		{[]string{"unstick", "k", "--reason", "r", "--actor", ""}, 2, "needs --actor"},
 		{[]string{"keygen"}, 2, "takes NS"},
 		{[]string{"inspect", "missing"}, 3, `no record at the key "missing" in scope "default"`},
-		{[]string{"forget", "missing", "--reason", "r"}, 3, "no record"},
+		{[]string{"--scope", "payments", "forget", "missing", "--reason", "r"}, 3, `no record at the key "missing" in scope "payments"`},
 		{[]string{"plan"}, 2, "no source"},
 		{[]string{"replay", "--jsonl", "x.jsonl"}, 2, "needs --exec"},
 		{[]string{"--redis", "127.0.0.1:1", "--timeout", "300ms", "stats"}, 5, "the Redis server at 127.0.0.1:1 did not answer"},
@@ -349,8 +355,8 @@ func TestPlanAndReplayKafka(t *testing.T) {
 	// A JSON Lines replay whose command asks to retry later ends with exit 6.
 	jl := filepath.Join(dir, "m.jsonl")
 	os.WriteFile(jl, []byte(`{"key":"j1","payload":"x"}`+"\n"), 0o600)
-	expect(t, idemkit(t, "--redis", addr, "--prefix", prefix, "replay", "--jsonl", jl, "--exec", "exit 75", "--execute"), 6,
-		"did not settle", "exit 75 (retry later)")
+	expect(t, idemkit(t, "--redis", addr, "--prefix", prefix, "--scope", "payments", "replay", "--jsonl", jl, "--exec", "exit 75", "--execute"), 6,
+		"did not settle", "ERROR line 1: j1: --exec command: exit 75 (retry later)")
 }
 
 func TestBench(t *testing.T) {

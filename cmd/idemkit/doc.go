@@ -29,14 +29,18 @@
 // unstick, forget and rerun record "<op> by <actor>: <reason>" in the record's
 // history; the actor is --actor, else $USER. --fence makes a change conditional on
 // the fence inspect showed. replay and redrive are dry runs that print what they
-// would do unless --execute is given; replay it resumes from --checkpoint, which it writes only after the
-// effects of the messages before it are recorded. A RabbitMQ queue (--queue) has
-// no offsets: plan returns every message to it, replay acks off it what ran or was
-// a duplicate and leaves the rest, and redrive acks a dead letter only once the
-// broker confirmed its copy on the work queue.
+// would do unless --execute is given; replay resumes from --checkpoint, which it
+// writes only after the effects of the messages before it are recorded. SIGINT or
+// SIGTERM stops a replay after its running commands: each one's process group gets
+// SIGTERM, and SIGKILL for whatever is left once the command has exited or 5 s
+// have passed; its message is given back without counting an attempt, and the
+// checkpoint is saved. A RabbitMQ queue (--queue) has no offsets:
+// plan returns every message to it, replay acks off it what ran or was a duplicate
+// and leaves the rest, and redrive acks a dead letter only once the broker
+// confirmed its copy on the work queue.
 //
-// Every command prints a table (list and replay print their counts to standard
-// error) or, with --json, JSON on standard output.
+// Every command prints a table or, with --json, JSON on standard output; list
+// prints its count, and replay its progress, to standard error.
 //
 // # Connections
 //
@@ -54,17 +58,47 @@
 // TLS, credentials and vhost in the URL. Every Redis call, and each connection
 // attempt, is bounded by --timeout [IDEMKIT_TIMEOUT].
 //
+// # Scopes
+//
+// The commands that change records or run commands for messages (unstick,
+// forget, rerun, replay, redrive) need the service's --scope [IDEMKIT_SCOPE] and
+// refuse the default scope "default", dry runs included, with exit 2 and the
+// error of consumer.Settings.CheckScope, the rule the broker adapters follow:
+// services that handle the same messages each keep records of their own, and a
+// command given no scope would act on none of them (a replay would run every
+// message again). The commands that only read work on any scope and say which one
+// they read: with no --scope, inspect and plan read "default", list and stats
+// read every scope.
+//
 // # Exit codes
 //
-//	0  done
+// They are stable; scripts and cron jobs may rely on them.
+//
+//	0  done; for replay --execute: every message ended RAN or DUPLICATE
 //	1  failed for another reason (the message says why)
-//	2  bad usage: an unknown flag, a missing argument or a value out of range
+//	2  bad usage or configuration: an unknown flag, a missing argument, a value
+//	   out of range, or a command that changes records given no --scope or the
+//	   default one
 //	3  no record at the key
-//	4  refused: the record's state or fence does not allow the change, or the replay's
-//	   retention guard stopped it (--accept-beyond-retention)
-//	5  Redis, Kafka or RabbitMQ did not answer
-//	6  a replay finished with messages that did not settle (retryable errors, or in
-//	   progress elsewhere): run it again to retry them
+//	4  refused: the record's state or fence does not allow the change, or the
+//	   replay's retention guard stopped it (--accept-beyond-retention)
+//	5  Redis, Kafka or RabbitMQ did not answer (a replay stops after the first
+//	   batch the store did not answer)
+//	6  a replay finished with messages that did not settle (ERROR: retryable
+//	   errors; IN_PROGRESS: held elsewhere) and none of code 7's: run it again to
+//	   retry them
+//	7  a replay finished with messages that running it again will not settle:
+//	   FAILED (failed for good, their dead letters stand), CONFLICT, CORRUPT,
+//	   INVALID or QUARANTINE; the output names them
+//	8  interrupted by SIGINT or SIGTERM before it finished (a replay stops after
+//	   its running commands and saves its checkpoint: run it again to resume)
+//
+// A replay that stops before the end of its source exits with why it stopped (2,
+// 4, 5 or 8), whatever it counted; one that reached the end exits 7 if any
+// message ended as code 7 says, else 6 if any ended as code 6 says, else 0. plan,
+// and replay without --execute, exit 0 once the plan is made, whatever it finds;
+// both name the INVALID messages (a file's line number, or a partition and
+// offset) and why.
 //
 // # Dependencies
 //

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"strings"
@@ -93,13 +94,19 @@ func (a *app) inspectCmd() *cobra.Command {
 		Short: "show one record: state, owner, fence, attempts, lease left, fingerprint, times, result size and error history",
 		Args:  exactArgs(1, "KEY (make one from business ids with: idemkit keygen NS PARTS...)"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			in, err := a.inspector(a.scope)
+			in, err := a.inspector(nil)
 			if err != nil {
 				return err
 			}
 			r, err := in.Inspect(cmd.Context(), "", consumer.Key(args[0]))
+			if err != nil && a.scope == "" && errors.Is(err, admin.ErrNotFound) {
+				return fmt.Errorf("%w (%s)", err, noScope)
+			}
 			if err != nil {
 				return a.redisErr(err)
+			}
+			if a.scope == "" {
+				fmt.Fprintf(a.errOut, "idemkit: reading scope %q: %s\n", consumer.DefaultScope, noScope)
 			}
 			if a.json {
 				return a.printJSON(toJSON(r))
@@ -145,6 +152,14 @@ func (a *app) inspectCmd() *cobra.Command {
 	}
 }
 
+// scopeRead names the scopes list and stats read.
+func (a *app) scopeRead() string {
+	if a.scope == "" {
+		return "every scope (no --scope was given)"
+	}
+	return fmt.Sprintf("scope %q", a.scope)
+}
+
 func exactArgs(n int, what string) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if len(args) != n {
@@ -161,10 +176,10 @@ func (a *app) listCmd() *cobra.Command {
 	var cursor string
 	c := &cobra.Command{
 		Use:   "list",
-		Short: "list records by state, age and scope, with bounded SCANs on every primary (never KEYS)",
+		Short: "list records by state, age and scope, with bounded SCANs on every primary (never KEYS); every scope unless --scope",
 		Args:  exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			in, err := a.inspector(a.scope)
+			in, err := a.inspector(nil)
 			if err != nil {
 				return err
 			}
@@ -176,9 +191,10 @@ func (a *app) listCmd() *cobra.Command {
 			}
 			if a.json {
 				out := struct {
+					Scope   string       `json:"scope"` // "": every scope
 					Records []recordJSON `json:"records"`
 					Next    string       `json:"next,omitempty"`
-				}{Records: []recordJSON{}, Next: page.Next}
+				}{Scope: a.scope, Records: []recordJSON{}, Next: page.Next}
 				for _, r := range page.Records {
 					out.Records = append(out.Records, toJSON(r))
 				}
@@ -200,7 +216,7 @@ func (a *app) listCmd() *cobra.Command {
 			if err := tw.Flush(); err != nil {
 				return err
 			}
-			fmt.Fprintf(a.errOut, "%d records", len(page.Records))
+			fmt.Fprintf(a.errOut, "%d records in %s", len(page.Records), a.scopeRead())
 			if page.Next != "" {
 				fmt.Fprintf(a.errOut, "; more with --cursor '%s'", page.Next)
 			}
@@ -224,7 +240,7 @@ func (a *app) statsCmd() *cobra.Command {
 		Short: "count records by state, with the oldest started one (sampled past --max-records, and says so)",
 		Args:  exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			in, err := a.inspector(a.scope)
+			in, err := a.inspector(nil)
 			if err != nil {
 				return err
 			}
@@ -240,11 +256,7 @@ func (a *app) statsCmd() *cobra.Command {
 				}
 				return a.printJSON(out)
 			}
-			scope := st.Scope
-			if scope == "" {
-				scope = "every scope"
-			}
-			fmt.Fprintf(a.out, "records under prefix %q, %s", a.prefix, scope)
+			fmt.Fprintf(a.out, "records under prefix %q, %s", a.prefix, a.scopeRead())
 			if st.Sampled {
 				fmt.Fprintf(a.out, " (SAMPLED: the first %d records the scan met; raise --max-records for a full count)", st.Records)
 			}
@@ -281,7 +293,9 @@ func (a *app) changeCmd(name, short string, fn changeFunc) *cobra.Command {
 	c := &cobra.Command{
 		Use:   name + " KEY --reason TEXT",
 		Short: short,
-		Args:  exactArgs(1, "KEY"),
+		Long: short + ".\n\n" + name + ` changes a record, so it needs the service's --scope [IDEMKIT_SCOPE]
+and refuses the default scope "default" (exit 2).`,
+		Args: exactArgs(1, "KEY"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if strings.TrimSpace(reason) == "" {
 				return usagef("%s needs --reason: say why; it is recorded in the record's history", name)
@@ -289,7 +303,11 @@ func (a *app) changeCmd(name, short string, fn changeFunc) *cobra.Command {
 			if actor == "" {
 				return usagef("%s needs --actor (or $USER): say who makes the change", name)
 			}
-			in, err := a.inspector(a.scope)
+			store, err := a.writeStore(name)
+			if err != nil {
+				return err
+			}
+			in, err := a.inspector(store)
 			if err != nil {
 				return err
 			}

@@ -30,7 +30,10 @@ acking it off the dead-letter queue once the broker confirmed it; what is not
 redriven stays there. A copy whose key is completed since is skipped. A key that
 failed for good would only be dead-lettered again: --rerun makes it run once more
 first (recorded with --reason and --actor, and only while it is still failed, so
-redriving twice never reruns a completed key).`,
+redriving twice never reruns a completed key).
+
+redrive changes records, so it needs the service's --scope [IDEMKIT_SCOPE] and
+refuses the default scope "default", dry runs included (exit 2).`,
 		Args: exactArgs(0, "no arguments (name the dead-letter topic with --topic or queue with --queue)"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -40,7 +43,7 @@ redriving twice never reruns a completed key).`,
 			if rerun && execute && reason == "" {
 				return usagef("redrive --rerun needs --reason: say why; it is recorded in each record's history")
 			}
-			store, err := a.store(a.scope)
+			store, err := a.writeStore("redrive")
 			if err != nil {
 				return err
 			}

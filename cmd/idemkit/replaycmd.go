@@ -1,16 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"sort"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -162,9 +157,18 @@ func (a *app) planCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "plan (--jsonl FILE | --topic TOPIC | --queue QUEUE)",
 		Short: "say what a replay would do, read-only: NEW / RETRY / DUPLICATE / FAILED / IN_PROGRESS / CONFLICT counts",
-		Args:  exactArgs(0, "no arguments (name the source with --jsonl, --topic or --queue)"),
+		Long: `plan reads the source and the records of its keys, changing nothing, and counts
+what a replay would do with each message; it names the INVALID messages (a
+file's line number, or a topic's partition and offset) and why. It reads the
+scope --scope names, or "default" when none is given, and says which. It exits 0
+once the plan is made, whatever the plan finds.`,
+		Args: exactArgs(0, "no arguments (name the source with --jsonl, --topic or --queue)"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			plan, err := a.plan(cmd.Context(), &s)
+			store, err := a.readStore()
+			if err != nil {
+				return err
+			}
+			plan, err := a.plan(cmd.Context(), &s, store)
 			if err != nil {
 				return err
 			}
@@ -177,7 +181,7 @@ func (a *app) planCmd() *cobra.Command {
 			if a.json {
 				return a.printJSON(plan)
 			}
-			a.printPlan(plan)
+			a.printPlan(plan, &s)
 			return nil
 		},
 	}
@@ -186,12 +190,8 @@ func (a *app) planCmd() *cobra.Command {
 	return c
 }
 
-func (a *app) plan(ctx context.Context, s *sourceFlags) (replay.PlanReport, error) {
+func (a *app) plan(ctx context.Context, s *sourceFlags, store *consumer.RedisStore) (replay.PlanReport, error) {
 	opts, err := s.options()
-	if err != nil {
-		return replay.PlanReport{}, err
-	}
-	store, err := a.store(a.scope)
 	if err != nil {
 		return replay.PlanReport{}, err
 	}
@@ -203,8 +203,11 @@ func (a *app) plan(ctx context.Context, s *sourceFlags) (replay.PlanReport, erro
 	return plan, a.redisErr(err)
 }
 
-func (a *app) printPlan(p replay.PlanReport) {
+func (a *app) printPlan(p replay.PlanReport, s *sourceFlags) {
 	fmt.Fprintf(a.out, "plan of %s in scope %q: %d messages\n", p.Source, p.Scope, p.Messages)
+	if a.scope == "" {
+		fmt.Fprintf(a.out, "(%s)\n", noScope)
+	}
 	tw := tabwriter.NewWriter(a.out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "VERDICT\tMESSAGES\tEXAMPLE KEYS")
 	for _, v := range replay.Verdicts {
@@ -221,14 +224,47 @@ func (a *app) printPlan(p replay.PlanReport) {
 	if p.Counts[replay.Conflict] > 0 {
 		fmt.Fprintln(a.out, "CONFLICT: the stored copies differ from the payloads the service fingerprinted; if they were only re-encoded, try --canonical compact-json")
 	}
+	if n := p.Counts[replay.Invalid]; n > 0 {
+		fmt.Fprintf(a.out, "%d messages are INVALID and will not run:\n", n)
+		a.printItems(p.Invalid, n, s)
+	}
+}
+
+// printItems names the messages items lists, of n in all.
+func (a *app) printItems(items []replay.ItemError, n int, s *sourceFlags) {
+	for _, e := range items {
+		key := ""
+		if e.Key != "" {
+			key = oneLine(e.Key, 80) + ": "
+		}
+		fmt.Fprintf(a.out, "  %s %s: %s%s\n", e.Verdict, s.where(e.Partition, e.Offset), key, oneLine(e.Err, 200))
+	}
+	if n > len(items) {
+		fmt.Fprintf(a.out, "  ... and %d more (the first %d are named)\n", n-len(items), len(items))
+	}
+}
+
+// where names a message's place in the source: a file's line, or a partition
+// (a topic's, or the queue) and offset.
+func (s *sourceFlags) where(partition string, offset int64) string {
+	if s.jsonl != "" {
+		return fmt.Sprintf("line %d", offset)
+	}
+	return fmt.Sprintf("%s@%d", orDash(partition), offset)
+}
+
+// replayRun is one replay command: its flags.
+type replayRun struct {
+	s                   sourceFlags
+	execute, accept     bool
+	command, checkpoint string
+	progress            string
+	concurrency         int
+	rate                float64
 }
 
 func (a *app) replayCmd() *cobra.Command {
-	var s sourceFlags
-	var execute, accept bool
-	var command, checkpoint, progress string
-	var concurrency int
-	var rate float64
+	var r replayRun
 	c := &cobra.Command{
 		Use:   "replay (--jsonl FILE | --topic TOPIC | --queue QUEUE) --exec COMMAND [--execute]",
 		Short: "drive old messages through a command, idempotently (a dry run that prints the plan unless --execute)",
@@ -236,91 +272,136 @@ func (a *app) replayCmd() *cobra.Command {
 the payload on its standard input, IDEMKIT_KEY, IDEMKIT_PARTITION and
 IDEMKIT_OFFSET in its environment. Exit 0 completes the key (its standard output,
 up to 64 KiB, is the stored result); exit 75 (EX_TEMPFAIL) is a retryable failure;
-any other exit fails the key for good. Without --execute it only prints the plan.
-A RabbitMQ queue (--queue) is consumed: what ran or was a duplicate is acked off
-it, everything else stays; a plan returns every message to it.`,
+any other exit fails the key for good. Without --execute it only prints the plan
+(and exits 0 once it is made). A RabbitMQ queue (--queue) is consumed: what ran or
+was a duplicate is acked off it, everything else stays; a plan returns every
+message to it.
+
+replay changes records, so it needs the service's --scope [IDEMKIT_SCOPE] and
+refuses the default scope "default", dry runs included (exit 2).
+
+The report counts each verdict and names the first 20 messages that did not end
+RAN or DUPLICATE (a file's line number, or a partition and offset), and why.
+SIGINT or SIGTERM stops the replay: each running command's process group gets
+SIGTERM, and SIGKILL for whatever is left once the command has exited or 5 s
+have passed; its message is given back without counting an attempt, and the
+checkpoint is saved.
+
+A replay that stops before the end of its source exits with why it stopped (2, 4,
+5 or 8), whatever it counted; one that reached the end exits 7 if any message
+ended as code 7 says, else 6 if any ended as code 6 says, else 0.
+
+` + exitCodeHelp(),
 		Args: exactArgs(0, "no arguments (name the source with --jsonl, --topic or --queue)"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			if command == "" {
+			if r.command == "" {
 				return usagef("replay needs --exec COMMAND: what to run for each message")
 			}
-			if concurrency < 1 || rate < 0 {
+			if r.concurrency < 1 || r.rate < 0 {
 				return usagef("--concurrency takes at least 1, --rate 0 (unlimited) or more")
 			}
-			if !execute {
-				plan, err := a.plan(ctx, &s)
-				if err != nil {
-					return err
-				}
-				if a.json {
-					return a.printJSON(map[string]any{"dry_run": true, "plan": plan})
-				}
-				a.printPlan(plan)
-				fmt.Fprintf(a.out, "dry run: nothing was run; add --execute to run the %d NEW and %d RETRY messages\n",
-					plan.Counts[replay.New], plan.Counts[replay.Retry])
-				return nil
-			}
-			opts, err := s.options()
+			store, err := a.writeStore("replay")
 			if err != nil {
 				return err
 			}
-			store, err := a.store(a.scope)
-			if err != nil {
-				return err
+			if !r.execute {
+				return a.dryRun(cmd.Context(), &r.s, store)
 			}
-			var resume *replay.Checkpoint
-			if checkpoint != "" && s.queue != "" {
-				return usagef("--checkpoint with --queue: a queue keeps its own place (what is done is acked off it); drop --checkpoint")
-			}
-			if checkpoint != "" {
-				cp, err := replay.FileCheckpoint(checkpoint).Load()
-				if err != nil {
-					return usageError{err}
-				}
-				resume = &cp
-				opts = append(opts, replay.WithCheckpoint(replay.FileCheckpoint(checkpoint)))
-			}
-			src, total, err := a.open(ctx, &s, resume)
-			if err != nil {
-				return err
-			}
-			report, err := a.progress(progress, total)
-			if err != nil {
-				return err
-			}
-			opts = append(opts, replay.WithConcurrency(concurrency), replay.WithRate(rate), replay.WithAcceptBeyondRetention(accept),
-				replay.WithProgress(report))
-			rep, err := replay.Execute(ctx, store, src, execHandler(command), opts...)
-			if a.json {
-				if perr := a.printJSON(rep); perr != nil && err == nil {
-					err = perr
-				}
-			} else {
-				a.printReport(rep)
-			}
-			if err != nil {
-				return a.redisErr(err)
-			}
-			if n := rep.Counts[replay.Error] + rep.Counts[replay.InProgress]; n > 0 {
-				return unsettledError{n}
-			}
-			return nil
+			return a.runReplay(cmd.Context(), &r, store)
 		},
 	}
-	s.add(c)
+	r.s.add(c)
 	f := c.Flags()
-	f.StringVar(&command, "exec", "", "command run for each message (sh -c), payload on stdin")
-	f.BoolVar(&execute, "execute", false, "run the messages (without it, only the plan is printed)")
-	f.StringVar(&checkpoint, "checkpoint", "", "file to resume from and save progress to (written only after effects)")
-	f.IntVar(&concurrency, "concurrency", 8, "commands run at once")
-	f.Float64Var(&rate, "rate", 0, "at most this many messages per second (0: unlimited)")
-	f.BoolVar(&accept, "accept-beyond-retention", false, "run messages older than --retention that have no record (they may have run before)")
-	f.StringVar(&progress, "progress", "auto", "progress: auto (a bar on a terminal), bar, json (JSON lines on stderr) or none")
+	f.StringVar(&r.command, "exec", "", "command run for each message (sh -c), payload on stdin")
+	f.BoolVar(&r.execute, "execute", false, "run the messages (without it, only the plan is printed)")
+	f.StringVar(&r.checkpoint, "checkpoint", "", "file to resume from and save progress to (written only after effects)")
+	f.IntVar(&r.concurrency, "concurrency", 8, "commands run at once")
+	f.Float64Var(&r.rate, "rate", 0, "at most this many messages per second (0: unlimited)")
+	f.BoolVar(&r.accept, "accept-beyond-retention", false, "run messages older than --retention that have no record (they may have run before)")
+	f.StringVar(&r.progress, "progress", "auto", "progress: auto (a bar on a terminal), bar, json (JSON lines on stderr) or none")
 	return c
 }
 
-func (a *app) printReport(r replay.Report) {
+// dryRun prints what a replay would do.
+func (a *app) dryRun(ctx context.Context, s *sourceFlags, store *consumer.RedisStore) error {
+	plan, err := a.plan(ctx, s, store)
+	if err != nil {
+		return err
+	}
+	if a.json {
+		return a.printJSON(map[string]any{"dry_run": true, "plan": plan})
+	}
+	a.printPlan(plan, s)
+	fmt.Fprintf(a.out, "dry run: nothing was run; add --execute to run the %d NEW and %d RETRY messages\n",
+		plan.Counts[replay.New], plan.Counts[replay.Retry])
+	return nil
+}
+
+// runReplay executes the replay r describes, prints its report, and returns
+// the error its exit code comes from.
+func (a *app) runReplay(ctx context.Context, r *replayRun, store *consumer.RedisStore) error {
+	opts, resume, err := r.options()
+	if err != nil {
+		return err
+	}
+	src, total, err := a.open(ctx, &r.s, resume)
+	if err != nil {
+		return err
+	}
+	report, err := a.progress(r.progress, total)
+	if err != nil {
+		return err
+	}
+	rep, err := replay.Execute(ctx, store, src, execHandler(r.command), append(opts, replay.WithProgress(report))...)
+	if a.json {
+		if perr := a.printJSON(rep); perr != nil && err == nil {
+			err = perr
+		}
+	} else {
+		a.printReport(rep, &r.s, err == nil)
+	}
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return r.interrupted(err)
+	case err != nil:
+		return a.redisErr(err)
+	}
+	return replayExit(rep.Counts)
+}
+
+// options are the replay's options but progress, and the checkpoint it resumes
+// from (nil: none).
+func (r *replayRun) options() ([]replay.Option, *replay.Checkpoint, error) {
+	opts, err := r.s.options()
+	if err != nil {
+		return nil, nil, err
+	}
+	opts = append(opts, replay.WithConcurrency(r.concurrency), replay.WithRate(r.rate), replay.WithAcceptBeyondRetention(r.accept))
+	switch {
+	case r.checkpoint == "":
+		return opts, nil, nil
+	case r.s.queue != "":
+		return nil, nil, usagef("--checkpoint with --queue: a queue keeps its own place (what is done is acked off it); drop --checkpoint")
+	}
+	cp, err := replay.FileCheckpoint(r.checkpoint).Load()
+	if err != nil {
+		return nil, nil, usageError{err}
+	}
+	return append(opts, replay.WithCheckpoint(replay.FileCheckpoint(r.checkpoint))), &cp, nil
+}
+
+// interrupted is the error of a replay a signal stopped.
+func (r *replayRun) interrupted(err error) error {
+	hint := "; the replay stopped after its running commands"
+	if r.checkpoint != "" {
+		hint += " and saved its checkpoint in " + r.checkpoint
+	}
+	return interruptedError{err: err, hint: hint + ": run it again to resume (what ran is recorded, and is a DUPLICATE the next time)"}
+}
+
+// printReport prints what a replay did; finished says it reached the end of its
+// source.
+func (a *app) printReport(r replay.Report, s *sourceFlags, finished bool) {
 	fmt.Fprintf(a.out, "replay of %s: %d messages read, %d skipped (before the checkpoint), %s, %.0f msgs/s\n",
 		r.Source, r.Read, r.Skipped, r.Elapsed.Truncate(time.Millisecond), r.Rate)
 	tw := tabwriter.NewWriter(a.out, 0, 0, 2, ' ', 0)
@@ -333,8 +414,18 @@ func (a *app) printReport(r replay.Report) {
 		}
 	}
 	_ = tw.Flush()
-	for _, e := range r.Errors {
-		fmt.Fprintf(a.out, "not settled: %s (%s@%d): %s %s\n", e.Key, e.Partition, e.Offset, e.Verdict, oneLine(e.Err, 200))
+	n := 0
+	for v, c := range r.Counts {
+		if v != replay.Ran && v != replay.Duplicate {
+			n += c
+		}
+	}
+	switch {
+	case n > 0:
+		fmt.Fprintf(a.out, "%d messages did not end RAN or DUPLICATE:\n", n)
+		a.printItems(r.Errors, n, s)
+	case finished:
+		fmt.Fprintf(a.out, "every message settled: %d RAN, %d DUPLICATE\n", r.Counts[replay.Ran], r.Counts[replay.Duplicate])
 	}
 	parts := make([]string, 0, len(r.Checkpoint.Next))
 	for p, o := range r.Checkpoint.Next {
@@ -371,42 +462,3 @@ func (a *app) progress(mode string, total int64) (func(replay.Progress), error) 
 	}
 	return nil, usagef("--progress %q: give auto, bar, json or none", mode)
 }
-
-// execHandler runs command once per message.
-func execHandler(command string) replay.Handler[string] {
-	return func(ctx context.Context, m replay.Message) (string, error) {
-		cmd := exec.CommandContext(ctx, "sh", "-c", command)
-		cmd.Stdin = bytes.NewReader(m.Payload)
-		cmd.Env = append(os.Environ(), "IDEMKIT_KEY="+string(m.Key), "IDEMKIT_PARTITION="+m.Partition,
-			"IDEMKIT_OFFSET="+strconv.FormatInt(m.Offset, 10))
-		var stdout, stderr limited
-		stdout.max, stderr.max = 64<<10, 4<<10
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		err := cmd.Run()
-		var ee *exec.ExitError
-		switch {
-		case err == nil:
-			return stdout.String(), nil
-		case errors.As(err, &ee) && ee.ExitCode() == 75:
-			return "", fmt.Errorf("%s: exit 75 (retry later): %s", command, strings.TrimSpace(stderr.String()))
-		case errors.As(err, &ee) && ee.ExitCode() > 0:
-			return "", consumer.Permanent(fmt.Errorf("%s: exit %d: %s", command, ee.ExitCode(), strings.TrimSpace(stderr.String())))
-		}
-		return "", fmt.Errorf("%s: %w", command, err)
-	}
-}
-
-// limited keeps the first max bytes written to it.
-type limited struct {
-	bytes.Buffer
-	max int
-}
-
-func (l *limited) Write(p []byte) (int, error) {
-	if room := l.max - l.Len(); room > 0 {
-		l.Buffer.Write(p[:min(room, len(p))])
-	}
-	return len(p), nil
-}
-
-var _ io.Writer = (*limited)(nil)

@@ -88,23 +88,43 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) int {
 	root.SetOut(out)
 	root.SetErr(errOut)
 	err := root.ExecuteContext(ctx)
+	var ie interruptedError
+	if err != nil && ctx.Err() != nil && !errors.As(err, &ie) {
+		err = interruptedError{err: err}
+	}
 	if err != nil {
 		fmt.Fprintln(errOut, "idemkit:", err)
 	}
 	return exitCode(err)
 }
 
-func (a *app) root() *cobra.Command {
-	root := &cobra.Command{
-		Use:   "idemkit",
-		Short: "Operate idemkit: inspect, list and count idempotency records, unstick, forget and rerun keys, plan and run replays",
-		Long: `idemkit operates the idempotency records of services built on idemkit.
+// rootHelp is the root command's --help text.
+func rootHelp() string {
+	return `idemkit operates the idempotency records of services built on idemkit.
 
 Records live in Redis at <prefix>:{<scope>:<key>}; give the same --prefix and
 --scope (WithPrefix, WithScope) as the service. Every flag has an environment
-variable (in brackets). Exit codes: 0 ok, 1 failure, 2 bad usage, 3 no record,
-4 refused (state, fence or retention guard), 5 Redis, Kafka or RabbitMQ unreachable,
-6 a replay finished with messages that did not settle.`,
+variable (in brackets).
+
+` + scopeHelp + `
+` + exitCodeHelp()
+}
+
+// scopeHelp is the rule for scopes, as --help states it.
+const scopeHelp = `Scopes: the commands that change records or run commands for messages (unstick,
+forget, rerun, replay, redrive) need the service's --scope [IDEMKIT_SCOPE] and
+refuse the default scope "default", dry runs included: services that handle the
+same messages each keep records of their own, and a command given no scope would
+act on none of them. The commands that only read (inspect, list, stats, plan)
+work on any scope and say which one they read: with no --scope, inspect and plan
+read "default", list and stats every scope.
+`
+
+func (a *app) root() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "idemkit",
+		Short:         "Operate idemkit: inspect, list and count idempotency records, unstick, forget and rerun keys, plan and run replays",
+		Long:          rootHelp(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRun: func(*cobra.Command, []string) {
@@ -136,7 +156,7 @@ variable (in brackets). Exit codes: 0 ok, 1 failure, 2 bad usage, 3 no record,
 	f.BoolVar(&a.redisInsecure, "redis-tls-insecure", false, "do not verify Redis's certificate (testing only)")
 	f.StringVar(&a.prefix, "prefix", env("IDEMKIT_PREFIX", consumer.DefaultPrefix), "record key prefix, as the service's WithPrefix [IDEMKIT_PREFIX]")
 	f.StringVar(&a.scope, "scope", env("IDEMKIT_SCOPE", ""),
-		"scope, as the service's WithScope; list and stats read every scope when empty, other commands use \"default\" [IDEMKIT_SCOPE]")
+		"scope, as the service's WithScope: required by unstick, forget, rerun, replay and redrive, which refuse \"default\"; when empty, list and stats read every scope, inspect and plan \"default\" [IDEMKIT_SCOPE]")
 	f.DurationVar(&a.retention, "retention", envDuration("IDEMKIT_RETENTION", consumer.DefaultRetention),
 		"the service's retention (WithRetention): what forget and rerun keep records for, and the replay's retention guard [IDEMKIT_RETENTION]")
 	f.DurationVar(&a.timeout, "timeout", envDuration("IDEMKIT_TIMEOUT", 5*time.Second), "bound of each call to Redis [IDEMKIT_TIMEOUT]")
@@ -209,11 +229,39 @@ func (a *app) redisClient() (redis.UniversalClient, error) {
 	return c, nil
 }
 
-// store is the Redis store in scope ("" for "default").
-func (a *app) store(scope string) (*consumer.RedisStore, error) {
-	if scope == "" {
-		scope = consumer.DefaultScope
+// noScope says, in an output or an error, that no --scope was given.
+const noScope = "no --scope was given: give the service's --scope to read its records"
+
+// readStore is the store of the commands that only read records one scope at a
+// time (inspect, plan): in the scope --scope names, else in the default one.
+func (a *app) readStore() (*consumer.RedisStore, error) {
+	if a.scope == "" {
+		return a.store(consumer.DefaultScope)
 	}
+	return a.store(a.scope)
+}
+
+// writeStore is the store of a command that changes records or runs commands for
+// messages. It needs the service's --scope: a store on the default scope is
+// refused by consumer.Settings.CheckScope, before anything is read or changed.
+func (a *app) writeStore(command string) (*consumer.RedisStore, error) {
+	s, err := a.readStore()
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Settings().CheckScope(); err != nil {
+		given := "no --scope was given"
+		if a.scope != "" {
+			given = fmt.Sprintf("--scope %q is the default scope", a.scope)
+		}
+		return nil, usageError{fmt.Errorf("%s changes records, and %s: give --scope [IDEMKIT_SCOPE] the scope the service passes to consumer.WithScope: %w",
+			command, given, err)}
+	}
+	return s, nil
+}
+
+// store is the Redis store in scope.
+func (a *app) store(scope string) (*consumer.RedisStore, error) {
 	c, err := a.redisClient()
 	if err != nil {
 		return nil, err
@@ -237,12 +285,16 @@ func (a *app) redisErr(err error) error {
 	return fmt.Errorf("the Redis server at %s did not answer (check --redis, --cluster, TLS and auth): %w", a.redisAddrs, err)
 }
 
-func (a *app) inspector(scope string) (*admin.Inspector, error) {
-	s, err := a.store(scope)
-	if err != nil {
-		return nil, err
+// inspector is the operator API over store, or over the read store when store
+// is nil.
+func (a *app) inspector(store *consumer.RedisStore) (*admin.Inspector, error) {
+	if store == nil {
+		var err error
+		if store, err = a.readStore(); err != nil {
+			return nil, err
+		}
 	}
-	return admin.New(s)
+	return admin.New(store)
 }
 
 // kafkaOpts are the franz-go options for the flags' cluster.
