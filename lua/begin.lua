@@ -65,6 +65,9 @@ local function exhaust(key, r, msg)
   if msg then
     hist = push_error(hist, now, msg)
   end
+  -- a failed record has a history, though it may hold no error (a retry record
+  -- released or taken over, never failed, found at max attempts)
+  hist = hist or string.char(0)
   local flags = 16
   if r.fp then
     flags = flags + 8
