@@ -15,6 +15,9 @@
 -- claim. A started record claimed under the key's lock is taken over while its
 -- lease is live only by a caller that holds the lock (its holder lost it).
 --
+-- When Redis is full it refuses the first key's SET NX, the call's first write
+-- (OOM), before anything changed, and the call answers that error whole.
+--
 -- Returns one flat array; each key adds a row whose length its code gives:
 --   0 FRESH        (claimed a new record: fence 1, attempt 1, the whole lease)
 --   1 ACQUIRED     fence, attempt, lease ms, created, the record's fingerprint ('' when none)
@@ -85,6 +88,9 @@ for _, key in ipairs(KEYS) do
     out[n] = 0
   else
     local v = redis.pcall('GET', key)
+    if refused(v) then
+      return v
+    end
     local r, why = parse(v)
     if type(v) ~= 'string' then
       row(8, 0, 0, 0, 0, 'key holds a value that is not an idemkit record')

@@ -15,6 +15,10 @@
 -- A completion sent again after a lost reply finds the record completed at its
 -- fence and answers OK again.
 --
+-- The first key's SET is the call's first write: when Redis is full it refuses it
+-- (OOM) before anything changed, and the call answers that error whole. WRONGTYPE
+-- (the key holds another type: SET ... GET changed nothing) is CORRUPT.
+--
 -- Returns one code per key: 1 OK, 2 LEASE_LOST, 8 CORRUPT.
 local blob = ARGV[1]
 local out = {}
@@ -45,13 +49,15 @@ for i, key in ipairs(KEYS) do
   local val = sub(blob, p + 8, p + 7 + vlen)
   pos = p + 8 + vlen
   local old = redis.pcall('SET', key, val, 'KEEPTTL', 'GET')
-  if type(old) == 'string' and byte(old, 1) == 17 and flag ~= 63 and sub(old, at, at + olen) == owned then
+  if refused(old) then
+    return old
+  elseif type(old) == 'string' and byte(old, 1) == 17 and flag ~= 63 and sub(old, at, at + olen) == owned then
     if flag == 108 then -- 'l'
       redis.call('PEXPIRE', key, parse(old).ret)
     end
     out[i] = 1
   elseif type(old) == 'table' then
-    out[i] = 8 -- not a string: SET refused and changed nothing
+    out[i] = 8 -- WRONGTYPE: SET refused and changed nothing
   elseif flag == 63 and owner_is(old, sub(owned, 2)) then -- '?': keep the record's identity
     redis.call('SET', key, fixed(val, old), 'KEEPTTL')
     out[i] = 1

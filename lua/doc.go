@@ -64,4 +64,44 @@
 //     have run out) starts the retention afresh.
 //   - A call sent again after a lost reply finds its own work: a claim finds its own
 //     owner token, a settlement or release the record moved on at its own fence.
+//
+// # When Redis refuses a write
+//
+// Redis at its maxmemory under maxmemory-policy noeviction (the policy the store
+// asks for: the others evict records) refuses every command that may take more
+// memory, SET among them, with "OOM command not allowed when used memory >
+// 'maxmemory'". What that does to a script depends on whether it declares flags
+// (a "#!lua flags=..." first line, Redis 7 and later):
+//
+//   - A script without flags, as these are, starts whatever the memory. Redis
+//     notes at the call's start whether it is over the limit, and then refuses a
+//     command that may take memory only while the script has written nothing:
+//     once a script has written, none of its later commands is refused for memory
+//     (Redis cannot stop a script half way, and never rolls one back). A command
+//     that takes no memory, PEXPIRE or DEL, is never refused. Redis 6.2 does the
+//     same.
+//   - A script with flags is refused at its start, before it runs, unless it
+//     declares allow-oom (then nothing in it is refused) or no-writes.
+//
+// Both give a full Redis's refusals all or nothing. These scripts declare no flags,
+// so that Redis 6.2 (the first with SET ... GET) runs them too, and rely on the
+// first rule: every transition's first write is a SET (begin's SET NX, complete's
+// SET ... KEEPTTL GET, fail's, release's and the operator's SET, and extend's SET
+// PX), so a full Redis refuses a call at its first write, before it changed any
+// record. Extend writes the record again with its new TTL rather than only giving
+// it one: Redis would run a PEXPIRE, and a claim kept alive while its completion
+// cannot be stored would hold its caller for as long as Redis stays full. Refused,
+// a full Redis is to the engine what an unreachable one is: it sends a refused
+// settlement again while the claim is live, and the claim runs out at its lease.
+//
+// The refusal is the call's reply. redis.call raises it, which ends the script;
+// where a script reads or writes with redis.pcall, it tells WRONGTYPE (the key
+// holds another type: not a record, CORRUPT) from every other error, which it
+// returns whole as the call's reply. The store answers such a reply as unavailable
+// (retryable), never as a corrupt record. Peek and the scans only read, and work
+// on a full Redis.
+//
+// An error that ended a call of several records after it had changed some (not
+// memory, by the rule above: a script bug, say) would be, for those, a lost reply:
+// every transition sent again finds its own work.
 package lua

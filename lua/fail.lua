@@ -12,6 +12,9 @@
 -- out, when the retention starts afresh. A call sent again after a lost reply finds
 -- the record moved on at its fence and answers as the first call did.
 --
+-- When Redis is full it refuses the call's first SET (OOM) before anything
+-- changed, and the call answers that error whole.
+--
 -- Returns one code per key: 1 OK (retry), 2 LEASE_LOST, 3 FAILED (terminal), 8 CORRUPT.
 local now = tonumber(ARGV[1])
 local maxAttempts = tonumber(ARGV[2])
@@ -28,6 +31,9 @@ for i, key in ipairs(KEYS) do
   local msg = string.sub(blob, pos + 8 + olen, pos + 7 + olen + mlen)
   pos = pos + 8 + olen + mlen
   local v = redis.pcall('GET', key)
+  if refused(v) then
+    return v
+  end
   local r = parse(v)
   if type(v) == 'table' or (v and not r) then
     out[i] = 8

@@ -17,13 +17,18 @@
 --            delivery claims it (fence+1) with a whole attempt budget; a
 --            completed record's result is dropped.
 --
+-- When Redis is full it refuses the SET (OOM) and nothing changes: the call
+-- answers that error.
+--
 -- Returns {code, state before, fence before, fence after, lease ms left before}:
 --   1 OK, 8 CORRUPT, 9 NOT_FOUND, 10 WRONG_STATE, 11 FENCE_MOVED.
 local key = KEYS[1]
 local op, now, want, ret, note = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 
 local v = redis.pcall('GET', key)
-if type(v) == 'table' then
+if refused(v) then
+  return v
+elseif type(v) == 'table' then
   return {8, 0, 0, 0, 0}
 elseif not v then
   return {9, 0, 0, 0, 0}

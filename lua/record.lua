@@ -25,6 +25,15 @@ end
 
 local HISTORY_LEN, HISTORY_TEXT = 4, 256
 
+-- refused reports whether a redis.pcall reply is an error other than WRONGTYPE:
+-- Redis refused the command (OOM when it is full, MISCONF, READONLY, NOPERM...).
+-- The scripts hand such an error back whole as their own reply, which the store
+-- answers as unavailable. WRONGTYPE alone says the key holds something that is
+-- not a string, so not a record.
+local function refused(v)
+  return type(v) == 'table' and type(v.err) == 'string' and string.sub(v.err, 1, 10) ~= 'WRONGTYPE '
+end
+
 -- parse reads a record value; nil and a reason when v is not a record.
 local function parse(v)
   if type(v) ~= 'string' or #v < 16 then

@@ -2,6 +2,9 @@
 -- at once. The abandoned attempt is not counted (attempts -1; the fence is kept and
 -- the next claim raises it).
 --
+-- When Redis is full it refuses the call's first SET (OOM) before anything
+-- changed, and the call answers that error whole.
+--
 -- KEYS[i]  record key
 -- ARGV[1]  now, unix seconds
 -- ARGV[2]  for each key: 4 fence, 1 owner length, owner
@@ -18,6 +21,9 @@ for i, key in ipairs(KEYS) do
   local owner = string.sub(blob, pos + 5, pos + 4 + olen)
   pos = pos + 5 + olen
   local v = redis.pcall('GET', key)
+  if refused(v) then
+    return v
+  end
   local r = parse(v)
   if type(v) == 'table' or (v and not r) then
     out[i] = 8
