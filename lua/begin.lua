@@ -58,7 +58,10 @@ local function started(r, cand, fence, attempts)
   if r.hist then
     flags = flags + 16
   end
-  return header(1, flags, fence, attempts, r.created, now) .. (fp or '') ..
+  if r.notes then
+    flags = flags + 32
+  end
+  return header(1, flags, fence, attempts, r.created, now) .. (fp or '') .. (r.notes or '') ..
     string.char(#c.owner) .. c.owner .. string.sub(cand, -6) .. (r.hist or '')
 end
 
@@ -71,11 +74,7 @@ local function exhaust(key, r, msg)
   -- a failed record has a history, though it may hold no error (a retry record
   -- released or taken over, never failed, found at max attempts)
   hist = hist or string.char(0)
-  local flags = 16
-  if r.fp then
-    flags = flags + 8
-  end
-  redis.call('SET', key, header(3, flags, r.fence, r.attempts, r.created, now) .. (r.fp or '') .. hist, 'PX', ret)
+  redis.call('SET', key, header(3, 16 + kept_flags(r), r.fence, r.attempts, r.created, now) .. kept(r) .. hist, 'PX', ret)
   row(6, r.fence, r.attempts, 0, u32(r.created, 1), msg or last_error(r))
 end
 
@@ -115,7 +114,8 @@ for _, key in ipairs(KEYS) do
         end
         row(5, r.fence, r.attempts, 0, created, last_error(r), kind)
       elseif r.state == 5 then
-        -- forgotten by an operator: claimed afresh, its fence kept rising
+        -- forgotten by an operator: claimed afresh, its fence kept rising (and
+        -- its operator notes kept)
         r.created, r.hist, r.fp = string.sub(cand, 9, 12), nil, nil
         redis.call('SET', key, started(r, cand, r.fence + 1, 1), 'PX', lease + ret)
         row(1, r.fence + 1, 1, lease, now, c.fp or '')

@@ -10,7 +10,8 @@
 -- last allowed attempt; a permanent one to failed. The error goes first in the
 -- record's history. The TTL is left as the claim set it unless the lease has run
 -- out, when the retention starts afresh. A call sent again after a lost reply finds
--- the record moved on at its fence and answers as the first call did.
+-- the record moved on at its fence and answers as the first call did. The
+-- record's operator notes are kept.
 --
 -- When Redis is full it refuses the call's first SET (OOM) before anything
 -- changed, and the call answers that error whole.
@@ -39,17 +40,14 @@ for i, key in ipairs(KEYS) do
     out[i] = 8
   elseif r and r.state == 1 and r.owner == owner then
     local terminal = permanent or r.attempts >= maxAttempts
-    local state, flags = 4, 16
+    local state, flags = 4, 16 + kept_flags(r)
     if terminal then
       state = 3
     end
     if permanent then
       flags = flags + 2
     end
-    if r.fp then
-      flags = flags + 8
-    end
-    local val = header(state, flags, r.fence, r.attempts, r.created, now) .. (r.fp or '') .. push_error(r.hist, now, msg)
+    local val = header(state, flags, r.fence, r.attempts, r.created, now) .. kept(r) .. push_error(r.hist, now, msg)
     if redis.call('PTTL', key) < r.ret then
       redis.call('SET', key, val, 'PX', r.ret) -- the claim's TTL no longer covers the retention
     else

@@ -2,8 +2,8 @@
 -- at once. The abandoned attempt is not counted (attempts -1; the fence is kept and
 -- the next claim raises it).
 --
--- When Redis is full it refuses the call's first SET (OOM) before anything
--- changed, and the call answers that error whole.
+-- The record's operator notes are kept. When Redis is full it refuses the call's
+-- first SET (OOM) before anything changed, and the call answers that error whole.
 --
 -- KEYS[i]  record key
 -- ARGV[1]  now, unix seconds
@@ -28,14 +28,11 @@ for i, key in ipairs(KEYS) do
   if type(v) == 'table' or (v and not r) then
     out[i] = 8
   elseif r and r.state == 1 and r.owner == owner then
-    local flags = 0
-    if r.fp then
-      flags = flags + 8
-    end
+    local flags = kept_flags(r)
     if r.hist then
       flags = flags + 16
     end
-    local val = header(4, flags, r.fence, math.max(r.attempts - 1, 0), r.created, now) .. (r.fp or '') .. (r.hist or '')
+    local val = header(4, flags, r.fence, math.max(r.attempts - 1, 0), r.created, now) .. kept(r) .. (r.hist or '')
     redis.call('SET', key, val, 'PX', r.ret)
     out[i] = 1
   elseif r and r.state == 4 and r.fence == fence then
