@@ -96,8 +96,8 @@ func TestTransitions(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if rec.State != "retry" || rec.Attempts != 0 || len(rec.History) != 1 ||
-					rec.History[0].Message != "unstick by alice: worker died in the outage" {
+				note := "unstick by alice: worker died in the outage"
+				if rec.State != "retry" || rec.Attempts != 0 || len(rec.History) != 0 || !hasNotes(rec, note) {
 					t.Fatalf("inspect after unstick: %+v", rec)
 				}
 				// The old owner, were it alive, is told at its next renewal, settlement or release.
@@ -122,6 +122,9 @@ func TestTransitions(t *testing.T) {
 				if _, runs := run(t, s, key, "p", nil); runs != 0 {
 					t.Fatalf("a later duplicate ran %d times", runs)
 				}
+				if rec := inspect(t, in, key); rec.State != "completed" || !hasNotes(rec, note) {
+					t.Fatalf("the operator's note did not survive the completion: %+v", rec)
+				}
 				if _, err := in.Unstick(ctx, who(key, "again")); !errors.Is(err, admin.ErrWrongState) {
 					t.Fatalf("unstick of a completed key: %v", err)
 				}
@@ -135,15 +138,18 @@ func TestTransitions(t *testing.T) {
 				if err != nil || res.Before != "completed" || res.After != "forgotten" || res.NewFence != 1 {
 					t.Fatalf("forget: %+v, %v", res, err)
 				}
+				note := "forget by alice: re-encoded payloads"
 				rec, err := in.Inspect(ctx, "", key)
-				if err != nil || rec.State != "forgotten" || rec.Fence != 1 || !rec.Fingerprint.IsZero() ||
-					rec.History[0].Message != "forget by alice: re-encoded payloads" {
+				if err != nil || rec.State != "forgotten" || rec.Fence != 1 || !rec.Fingerprint.IsZero() || !hasNotes(rec, note) {
 					t.Fatalf("inspect after forget: %+v, %v", rec, err)
 				}
 				// A different payload is no conflict now; the fence is still above the old one.
 				r, runs := run(t, s, key, "v2", nil)
 				if runs != 1 || r.Outcome != consumer.Success || r.Fence != 2 || r.Attempt != 1 {
 					t.Fatalf("after forget: runs %d, %+v", runs, r)
+				}
+				if rec := inspect(t, in, key); rec.State != "completed" || !hasNotes(rec, note) {
+					t.Fatalf("the operator's note did not survive the fresh start and its completion: %+v", rec)
 				}
 				if _, err := in.Forget(ctx, who("nothing-here", "x")); !errors.Is(err, admin.ErrNotFound) {
 					t.Fatalf("forget of no record: %v", err)
@@ -165,6 +171,9 @@ func TestTransitions(t *testing.T) {
 					if runs != 1 || r.Outcome != consumer.Success || r.Fence != 2 || r.Attempt != 1 {
 						t.Fatalf("rerun %s: runs %d, %+v", tc.name, runs, r)
 					}
+					if rec := inspect(t, in, key); rec.State != "completed" || !hasNotes(rec, "rerun by bob: fixed in v2") {
+						t.Fatalf("rerun %s: the operator's note did not survive the completion: %+v", tc.name, rec)
+					}
 					if _, runs := run(t, s, key, "p", nil); runs != 0 {
 						t.Fatalf("rerun %s: a later duplicate ran %d times", tc.name, runs)
 					}
@@ -183,6 +192,76 @@ func TestTransitions(t *testing.T) {
 				}
 			})
 
+			t.Run("notes survive every transition", func(t *testing.T) {
+				key := consumer.Key("noted")
+				claim := func(owner string) consumer.ClaimReply {
+					t.Helper()
+					c := s.Begin(ctx, []consumer.Claim{{Key: key, Owner: owner, Fingerprint: consumer.FingerprintOf([]byte("p")), Locked: true}})[0]
+					if !c.Claimed() {
+						t.Fatalf("claim by %s: %+v", owner, c)
+					}
+					return c
+				}
+				var notes []string
+				change := func(fn func(context.Context, admin.Change) (admin.Result, error), c admin.Change) {
+					t.Helper()
+					res, err := fn(ctx, c)
+					if err != nil {
+						t.Fatal(err)
+					}
+					notes = append([]string{res.Note}, notes...)
+				}
+				expect := func(state, after string) {
+					t.Helper()
+					if rec := inspect(t, in, key); rec.State != state || !hasNotes(rec, notes[:min(len(notes), 8)]...) {
+						t.Fatalf("after %s: want %s with notes %q, got %+v", after, state, notes, rec)
+					}
+				}
+				claim("dead-owner")
+				change(in.Unstick, who(key, "worker died"))
+				if _, runs := run(t, s, key, "p", errors.New("flaky upstream")); runs != 1 {
+					t.Fatal("the failing attempt did not run")
+				}
+				expect("retry", "a failure")
+				run(t, s, key, "p", consumer.Abandon(errors.New("rate limited")))
+				expect("retry", "a release")
+				claim("worker-a")
+				expect("started", "a claim")
+				c := claim("worker-b") // under the key's lock: worker-a lost it
+				if c.Status != consumer.StatusTakenOver {
+					t.Fatalf("claim under the lock: %+v", c)
+				}
+				expect("started", "a takeover")
+				rep := s.Settle(ctx, []consumer.Settlement{{Key: key, Owner: "worker-b", Ref: c.Ref, Fence: c.Fence, Attempts: c.Attempts,
+					Created: c.Created, Fingerprint: c.Fingerprint, Complete: true, Result: []byte(`"done"`)}})[0]
+				if rep.Err != nil {
+					t.Fatal(rep.Err)
+				}
+				expect("completed", "a completion")
+				change(in.Rerun, who(key, "fixed in v2"))
+				run(t, s, key, "p", consumer.Permanent(errors.New("card declined")))
+				expect("failed", "a permanent failure")
+				change(in.Forget, who(key, "payload re-encoded"))
+				if _, runs := run(t, s, key, "re-encoded", nil); runs != 1 {
+					t.Fatal("the forgotten key did not run afresh")
+				}
+				expect("completed", "a forget's fresh start and its completion")
+
+				// The newest 8 are kept; the longest note the Inspector writes is kept whole.
+				for i := range 6 {
+					c := who(key, fmt.Sprint("rerun ", i))
+					if i == 5 {
+						c = admin.Change{Key: key, Actor: strings.Repeat("a", 128), Reason: strings.Repeat("r", 1024)}
+					}
+					change(in.Rerun, c)
+					run(t, s, key, "re-encoded", nil)
+				}
+				if len(notes[0]) != len("rerun by : ")+128+1024 {
+					t.Fatalf("the longest note is %d bytes", len(notes[0]))
+				}
+				expect("completed", "nine operator changes")
+			})
+
 			t.Run("bad input", func(t *testing.T) {
 				for _, c := range []admin.Change{
 					{Key: "k", Actor: "alice"},
@@ -198,6 +277,29 @@ func TestTransitions(t *testing.T) {
 			})
 		})
 	}
+}
+
+// inspect reads key's record in the store's own scope.
+func inspect(t *testing.T, in *admin.Inspector, key consumer.Key) admin.Record {
+	t.Helper()
+	rec, err := in.Inspect(context.Background(), "", key)
+	if err != nil {
+		t.Fatalf("inspect %s: %v", key, err)
+	}
+	return rec
+}
+
+// hasNotes reports whether rec holds exactly these operator notes, newest first.
+func hasNotes(rec admin.Record, texts ...string) bool {
+	if len(rec.Notes) != len(texts) {
+		return false
+	}
+	for i, n := range rec.Notes {
+		if n.Text != texts[i] || n.Time.IsZero() {
+			return false
+		}
+	}
+	return true
 }
 
 // fill makes n records of each state in scope: completed, failed, retry, started.

@@ -35,9 +35,14 @@
 // # Operator transitions
 //
 // Each takes a Change with the key, the actor (who) and the reason (why, required);
-// the note "<op> by <actor>: <reason>" goes first in the record's error history,
-// which Inspect shows. Change.Fence, when set, makes the change conditional on the
-// record still holding the fence the operator saw.
+// the note "<op> by <actor>: <reason>" goes first in the record's operator notes
+// (Record.Notes, newest first), which Inspect and List show. The record keeps its
+// notes through every later transition (claims and takeovers, failures, releases,
+// completions, a forget's fresh start) for as long as it lives: the newest 8, each
+// at most 1,280 bytes (a note made here is at most 1,165, kept whole). The error
+// history (Record.History) holds the attempts' errors only. Change.Fence, when set,
+// makes the change conditional on the record still holding the fence the operator
+// saw.
 //
 //   - Unstick ends a started claim whose owner is gone. The record becomes retry at
 //     fence+1 and the abandoned attempt is not counted: the next delivery claims the
@@ -47,8 +52,8 @@
 //     must not interleave check the fence. Only unstick a key whose owner you know
 //     is gone; Record.LeaseLeft says how long the lease would have held it.
 //   - Forget removes a record but keeps its fence: the record stays, in state
-//     forgotten, holding only the fence and its history with the note, for at least
-//     the store's retention. The next claim starts afresh: attempt 1, no stored
+//     forgotten, holding only the fence, its error history and its notes, for at
+//     least the store's retention. The next claim starts afresh: attempt 1, no stored
 //     fingerprint (a re-encoded payload is accepted), fence one above the last.
 //   - Rerun lets a completed or failed key run once more: the record becomes retry
 //     with no attempt counted and the next delivery claims it, with the whole

@@ -10,7 +10,7 @@ import (
 )
 
 // A worker died holding a key's claim: find it, unstick it with a reason, and see
-// the reason in the record.
+// the reason in the record, which keeps it once the key has run.
 func Example() {
 	ctx := context.Background()
 	store, _ := consumer.NewMemoryStore(consumer.WithScope("payments"), consumer.WithLease(time.Hour))
@@ -31,16 +31,19 @@ func Example() {
 	}
 	fmt.Println(res.Before, "->", res.After, "fence", res.Fence, "->", res.NewFence)
 	rec, _ := in.Inspect(ctx, "", "order-42")
-	fmt.Println(rec.State, rec.History[0].Message)
+	fmt.Println(rec.State, rec.Notes[0].Text)
 
 	// The next delivery runs it, once.
 	r := consumer.ExecuteIdempotently(ctx, store, "order-42", nil, func(ctx context.Context) (string, error) {
 		return "charged", nil
 	})
 	fmt.Println(r.Outcome, "fence", r.Fence)
+	rec, _ = in.Inspect(ctx, "", "order-42")
+	fmt.Println(rec.State, rec.Notes[0].Text)
 	// Output:
 	// stuck: order-42 owner worker-7 fence 1
 	// started -> retry fence 1 -> 2
 	// retry unstick by alice: worker-7 died in the outage
 	// SUCCESS fence 3
+	// completed unstick by alice: worker-7 died in the outage
 }

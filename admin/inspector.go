@@ -140,7 +140,7 @@ type Result struct {
 	// LeaseLeft is what a started record's lease had left when it was unstuck or
 	// forgotten: more than 0 means its owner may still have been renewing it.
 	LeaseLeft time.Duration
-	// Note is what was recorded in the record's history.
+	// Note is what was recorded in the record's operator notes.
 	Note string
 }
 

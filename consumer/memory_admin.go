@@ -4,6 +4,8 @@ import (
 	"context"
 	"sort"
 	"time"
+
+	"github.com/idemkit/idemkit/lua"
 )
 
 // The operator's side of MemoryStore, with RedisStore's semantics: scans, batched
@@ -63,13 +65,17 @@ func (m *MemoryStore) ChangeRecord(ctx context.Context, c OperatorChange) (Opera
 	if c.Op != OpUnstick {
 		out.LeaseLeft = 0
 	}
-	if out.State == "completed" {
-		r.history = nil
-	}
-	r.pushError(now, c.Note)
+	r.pushNote(now, c.Note)
 	r.updated = now
 	out.Status, out.NewFence = ChangeApplied, r.fence
 	return out, nil
+}
+
+// pushNote puts an operator's note first in r's notes, as the Redis record does.
+func (r *memRecord) pushNote(now int64, note string) {
+	n := make([]OperatorNote, 0, min(len(r.notes)+1, lua.NotesLen))
+	n = append(n, OperatorNote{Time: time.UnixMilli(now).Truncate(time.Second), Text: lua.CapNote(note)})
+	r.notes = append(n, r.notes[:min(len(r.notes), lua.NotesLen-1)]...)
 }
 
 // PeekRecords reads the records of keys in scope ("" for the store's own) without
@@ -103,7 +109,7 @@ func (m *MemoryStore) PeekRecords(ctx context.Context, scope string, keys []Key)
 	defer m.mu.Unlock()
 	now := nowMillis()
 	for i, k := range keys {
-		out[i].Record = m.snapshot(k, now)
+		out[i].Record, out[i].Notes = m.snapshot(k, now)
 	}
 	return out, nil
 }
@@ -143,17 +149,19 @@ func (m *MemoryStore) ScanRecords(ctx context.Context, q ScanQuery) (ScanPage, e
 		page.Next = ">" + string(keys[len(keys)-1])
 	}
 	for _, k := range keys {
-		page.Records = append(page.Records, AdminRecord{Scope: m.s.Scope, Record: m.snapshot(k, now)})
+		rec, notes := m.snapshot(k, now)
+		page.Records = append(page.Records, AdminRecord{Scope: m.s.Scope, Record: rec, Notes: notes})
 	}
 	return page, nil
 }
 
-// snapshot is key's record as Peek answers it; the caller holds m.mu.
-func (m *MemoryStore) snapshot(key Key, now int64) Record {
+// snapshot is key's record as Peek answers it, and its operator notes; the caller
+// holds m.mu.
+func (m *MemoryStore) snapshot(key Key, now int64) (Record, []OperatorNote) {
 	rec := Record{Key: key, Now: time.UnixMilli(now)}
 	r := m.get(key, now)
 	if r == nil {
-		return rec
+		return rec, nil
 	}
 	rec.Found, rec.State, rec.Owner, rec.Fence, rec.Attempts = true, r.state, r.owner, r.fence, r.attempts
 	rec.Fingerprint, rec.Dropped = r.fp, r.dropped
@@ -168,5 +176,5 @@ func (m *MemoryStore) snapshot(key Key, now int64) Record {
 		rec.LeaseUntil = time.UnixMilli(r.lease)
 		rec.Retention = m.s.Retention
 	}
-	return rec
+	return rec, append([]OperatorNote(nil), r.notes...)
 }

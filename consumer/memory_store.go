@@ -31,6 +31,7 @@ type memRecord struct {
 	result    []byte
 	dropped   string
 	history   []AttemptError // newest first
+	notes     []OperatorNote // operators' notes, newest first; every transition keeps them
 	permanent bool
 	locked    bool // the current claim was made under the key's lock
 	created   int64

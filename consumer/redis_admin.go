@@ -214,5 +214,8 @@ func adminRecord(scope string, key Key, rec lua.Record) AdminRecord {
 	if len(o.History) > 0 {
 		o.Error = o.History[0].Message
 	}
+	for _, n := range f.Notes {
+		out.Notes = append(out.Notes, OperatorNote(n))
+	}
 	return out
 }

@@ -15,7 +15,7 @@ const (
 	OpUnstick OperatorOp = iota + 1
 	// OpForget removes a record but keeps its fence: the record is left in state
 	// forgotten, and the next claim starts afresh (attempt 1, no fingerprint, no
-	// history) at a fence above every earlier one.
+	// error history; the operator notes stay) at a fence above every earlier one.
 	OpForget
 	// OpRerun lets a completed or failed key run once more: the record becomes retry
 	// with no attempt counted, so the next delivery claims it with the whole attempt
@@ -41,8 +41,9 @@ type OperatorChange struct {
 	Op    OperatorOp
 	Scope string // "" for the store's own scope
 	Key   Key
-	// Note goes first in the record's error history ("unstick by alice: worker
-	// died"), at most 8 KiB.
+	// Note goes first in the record's operator notes ("unstick by alice: worker
+	// died"), which every later transition keeps (see AdminRecord.Notes); a note
+	// over 1,280 bytes is cut, with a marker.
 	Note string
 	// Fence, when not 0, is the fence the operator saw: the change is made only if
 	// the record still holds it (nothing moved on in between).
@@ -101,8 +102,20 @@ type ScanPage struct {
 type AdminRecord struct {
 	Scope string
 	Record
+	// Notes are the notes of the operator transitions made on the record, newest
+	// first. The record keeps them through every later transition (claims,
+	// takeovers, completions, failures, releases, and a forget's fresh start) for
+	// as long as it lives: the newest 8, each at most 1,280 bytes. A record no
+	// operator changed has none, and costs nothing for them.
+	Notes []OperatorNote
 	// Corrupt says why the key holds something that is not an idemkit record ("" when it is one).
 	Corrupt string
+}
+
+// OperatorNote is one operator transition's note, as a record keeps it.
+type OperatorNote struct {
+	Time time.Time // when the change was made (the operator's clock, whole seconds)
+	Text string    // "<op> by <actor>: <reason>"
 }
 
 // DefaultScanCount is ScanQuery.Count's default.

@@ -22,8 +22,8 @@ const (
 	// abandoned attempt not counted, so the next delivery claims it at once and the
 	// old owner, if alive, gets LEASE_LOST at its next renewal or settlement.
 	OpUnstick OperatorOp = 'u'
-	// OpForget leaves only the fence (state forgotten): the next claim starts afresh
-	// above it.
+	// OpForget leaves only the fence, the error history and the operator notes
+	// (state forgotten): the next claim starts afresh above the fence.
 	OpForget OperatorOp = 'f'
 	// OpRerun makes a completed or failed record retry with no attempt counted: the
 	// next delivery claims it with a whole attempt budget.
@@ -49,7 +49,7 @@ type OperateArgs struct {
 	Now       int64         // unix seconds, the caller's clock: informational times only
 	Fence     int64         // the fence the operator saw; 0: whatever the record holds
 	Retention time.Duration // the least TTL that forget and rerun leave
-	Note      string        // "<op> by <actor>: <reason>", at most MaxErrorText bytes
+	Note      string        // "<op> by <actor>: <reason>", cut to MaxNoteText bytes
 }
 
 // OperateReply is the operator script's answer.
@@ -69,7 +69,7 @@ func (r *Runner) Operate(ctx context.Context, a OperateArgs) (OperateReply, erro
 	default:
 		return OperateReply{}, fmt.Errorf("lua: operate: unknown op %q", a.Op)
 	}
-	note := CapError(a.Note)
+	note := CapNote(a.Note)
 	rep := r.exec(ctx, []call{{script: OperatorScript, keys: []string{a.Key},
 		args: []any{string(a.Op), a.Now, a.Fence, a.Retention.Milliseconds(), note}}})[0]
 	if rep.err != nil {

@@ -15,6 +15,9 @@
 -- claim. A started record claimed under the key's lock is taken over while its
 -- lease is live only by a caller that holds the lock (its holder lost it).
 --
+-- When Redis is full it refuses the first key's SET NX, the call's first write
+-- (OOM), before anything changed, and the call answers that error whole.
+--
 -- Returns one flat array; each key adds a row whose length its code gives:
 --   0 FRESH        (claimed a new record: fence 1, attempt 1, the whole lease)
 --   1 ACQUIRED     fence, attempt, lease ms, created, the record's fingerprint ('' when none)
@@ -55,7 +58,10 @@ local function started(r, cand, fence, attempts)
   if r.hist then
     flags = flags + 16
   end
-  return header(1, flags, fence, attempts, r.created, now) .. (fp or '') ..
+  if r.notes then
+    flags = flags + 32
+  end
+  return header(1, flags, fence, attempts, r.created, now) .. (fp or '') .. (r.notes or '') ..
     string.char(#c.owner) .. c.owner .. string.sub(cand, -6) .. (r.hist or '')
 end
 
@@ -65,11 +71,10 @@ local function exhaust(key, r, msg)
   if msg then
     hist = push_error(hist, now, msg)
   end
-  local flags = 16
-  if r.fp then
-    flags = flags + 8
-  end
-  redis.call('SET', key, header(3, flags, r.fence, r.attempts, r.created, now) .. (r.fp or '') .. hist, 'PX', ret)
+  -- a failed record has a history, though it may hold no error (a retry record
+  -- released or taken over, never failed, found at max attempts)
+  hist = hist or string.char(0)
+  redis.call('SET', key, header(3, 16 + kept_flags(r), r.fence, r.attempts, r.created, now) .. kept(r) .. hist, 'PX', ret)
   row(6, r.fence, r.attempts, 0, u32(r.created, 1), msg or last_error(r))
 end
 
@@ -82,6 +87,9 @@ for _, key in ipairs(KEYS) do
     out[n] = 0
   else
     local v = redis.pcall('GET', key)
+    if refused(v) then
+      return v
+    end
     local r, why = parse(v)
     if type(v) ~= 'string' then
       row(8, 0, 0, 0, 0, 'key holds a value that is not an idemkit record')
@@ -106,7 +114,8 @@ for _, key in ipairs(KEYS) do
         end
         row(5, r.fence, r.attempts, 0, created, last_error(r), kind)
       elseif r.state == 5 then
-        -- forgotten by an operator: claimed afresh, its fence kept rising
+        -- forgotten by an operator: claimed afresh, its fence kept rising (and
+        -- its operator notes kept)
         r.created, r.hist, r.fp = string.sub(cand, 9, 12), nil, nil
         redis.call('SET', key, started(r, cand, r.fence + 1, 1), 'PX', lease + ret)
         row(1, r.fence + 1, 1, lease, now, c.fp or '')

@@ -10,10 +10,17 @@
 -- The completed record is written with SET KEEPTTL GET, and the value it replaced
 -- is checked: unless it was a started record of this owner, it is put back as it
 -- was (or the key deleted if there was none), so the whole is one atomic change.
+-- A started record with operator notes (flag 32), or one the caller does not know
+-- ('?'), is written once more with the record's own identity and notes: a
+-- completion keeps what operators wrote, and costs records without notes nothing.
 -- A completion keeps the TTL its claim set (lease left + retention, at least the
 -- retention); after its lease ran out ('l') the retention starts afresh.
 -- A completion sent again after a lost reply finds the record completed at its
 -- fence and answers OK again.
+--
+-- The first key's SET is the call's first write: when Redis is full it refuses it
+-- (OOM) before anything changed, and the call answers that error whole. WRONGTYPE
+-- (the key holds another type: SET ... GET changed nothing) is CORRUPT.
 --
 -- Returns one code per key: 1 OK, 2 LEASE_LOST, 8 CORRUPT.
 local blob = ARGV[1]
@@ -21,19 +28,15 @@ local out = {}
 local pos = 1
 local byte, sub = string.byte, string.sub
 
--- fixed is val with the claim's fence, attempts, created time and fingerprint taken
--- from old, for a caller that does not know them.
-local function fixed(val, old)
-  local vflags, oflags = byte(val, 2), byte(old, 2)
-  local vfp, ofp = has(vflags, 8), has(oflags, 8)
-  local flags, fp, tail = vflags, '', sub(val, 17)
-  if vfp then
+-- own is val written over r, the caller's own started record old: the claim's
+-- fence, attempts, created time and fingerprint are taken from old (for a caller
+-- that does not know them), and old's operator notes are kept.
+local function own(val, old, r)
+  local flags, tail = byte(val, 2), sub(val, 17)
+  if has(flags, 8) then
     flags, tail = flags - 8, sub(val, 33)
   end
-  if ofp then
-    flags, fp = flags + 8, sub(old, 17, 32)
-  end
-  return string.char(byte(val, 1), flags) .. sub(old, 3, 12) .. sub(val, 13, 16) .. fp .. tail
+  return string.char(byte(val, 1), flags + kept_flags(r)) .. sub(old, 3, 12) .. sub(val, 13, 16) .. kept(r) .. tail
 end
 
 for i, key in ipairs(KEYS) do
@@ -45,32 +48,39 @@ for i, key in ipairs(KEYS) do
   local val = sub(blob, p + 8, p + 7 + vlen)
   pos = p + 8 + vlen
   local old = redis.pcall('SET', key, val, 'KEEPTTL', 'GET')
-  if type(old) == 'string' and byte(old, 1) == 17 and flag ~= 63 and sub(old, at, at + olen) == owned then
+  if refused(old) then
+    return old
+  elseif type(old) == 'table' then
+    out[i] = 8 -- WRONGTYPE: SET refused and changed nothing
+  elseif old and byte(old, 1) == 17 and byte(old, 2) < 32 and flag ~= 63 and sub(old, at, at + olen) == owned then
+    -- the caller's own started record without operator notes: written as it is
     if flag == 108 then -- 'l'
       redis.call('PEXPIRE', key, parse(old).ret)
     end
     out[i] = 1
-  elseif type(old) == 'table' then
-    out[i] = 8 -- not a string: SET refused and changed nothing
-  elseif flag == 63 and owner_is(old, sub(owned, 2)) then -- '?': keep the record's identity
-    redis.call('SET', key, fixed(val, old), 'KEEPTTL')
-    out[i] = 1
   else
-    if old then
-      redis.call('SET', key, old, 'KEEPTTL')
-    else
-      redis.call('DEL', key)
-    end
     local r = parse(old)
-    if r and r.state == 2 and r.fence == u32(blob, p) then
+    if r and r.state == 1 and r.owner == sub(owned, 2) then
+      -- its own claim, with notes, unknown to the caller ('?'), or with the
+      -- fingerprint's place misjudged
+      redis.call('SET', key, own(val, old, r), 'KEEPTTL')
+      if flag == 108 then
+        redis.call('PEXPIRE', key, r.ret)
+      end
       out[i] = 1
-    elseif r and r.state == 1 and r.owner == sub(owned, 2) then
-      out[i] = 1 -- its own claim, though the caller misjudged the fingerprint's place
-      redis.call('SET', key, fixed(val, old), 'KEEPTTL')
-    elseif old and not r then
-      out[i] = 8
     else
-      out[i] = 2
+      if old then
+        redis.call('SET', key, old, 'KEEPTTL')
+      else
+        redis.call('DEL', key)
+      end
+      if r and r.state == 2 and r.fence == u32(blob, p) then
+        out[i] = 1
+      elseif old and not r then
+        out[i] = 8
+      else
+        out[i] = 2
+      end
     end
   end
 end

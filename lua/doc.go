@@ -1,6 +1,7 @@
 // Package lua is the Redis side of idemkit's state machine: one embedded Lua script
-// per transition (begin, complete, fail, extend, release, peek), one Go handle per
-// script, the record layout, and the decoding of replies into typed values.
+// per transition (begin, complete, fail, extend, release, peek, and the operator's
+// unstick, forget and rerun), one Go handle per script, the record layout, and the
+// decoding of replies into typed values.
 //
 // Nothing else in the module changes idemkit's Redis state: the consumer package's
 // Redis store calls the functions here. Every transition is one script, so no Go code
@@ -23,13 +24,15 @@
 // and record.lua reads and writes it inside the scripts):
 //
 //	0  version<<4 | state        1 started, 2 completed, 3 failed, 4 retry, 5 forgotten
-//	1  flags                     1 locked, 2 permanent, 4 result dropped, 8 fingerprint, 16 history
+//	1  flags                     1 locked, 2 permanent, 4 result dropped, 8 fingerprint, 16 history,
+//	                             32 operator notes
 //	2  fence (4)   6 attempts (2)   8 created (4)   12 updated (4, unix seconds)
 //	16 fingerprint (16, when flagged): the first 16 bytes of the payload's SHA-256
+//	   operator notes (when flagged): count (1), then newest first: time (4), length (2), text
 //	   started:   owner length (1), owner, retention in ms (6), [error history]
 //	   completed: the encoded result, or the reason it was not kept
 //	   failed, retry: error history: count (1), then newest first: time (4), length (2), text
-//	   forgotten: nothing more (an operator removed the record; the fence stays)
+//	   forgotten: [error history] (an operator removed the record; the fence stays)
 //
 // A completed record of a fingerprinted key with an empty result is 32 bytes. A
 // settled record keeps no owner and no lease; a completed one keeps no error history.
@@ -64,4 +67,58 @@
 //     have run out) starts the retention afresh.
 //   - A call sent again after a lost reply finds its own work: a claim finds its own
 //     owner token, a settlement or release the record moved on at its own fence.
+//
+// # Operator notes
+//
+// An operator's unstick, forget or rerun (Runner.Operate) puts its note ("rerun by
+// alice: fixed in v2") first in the record's operator notes, not in its error
+// history, which holds attempts' errors only. Every script that rewrites a record
+// carries the notes over: claims and takeovers (and the fresh start after a
+// forget), failures, releases, renewals and completions, so they stay as long as
+// the record lives. A record keeps the newest NotesLen notes, each cut to
+// MaxNoteText bytes: at most 10,289 bytes of notes. A record no operator changed has
+// no flag 32 and no notes block, so notes cost it nothing; a completion, which the
+// client builds whole and writes with SET ... KEEPTTL GET, sees flag 32 in the value
+// it replaced (one byte compare on its fast path) and only then writes the record
+// once more with the notes.
+//
+// # When Redis refuses a write
+//
+// Redis at its maxmemory under maxmemory-policy noeviction (the policy the store
+// asks for: the others evict records) refuses every command that may take more
+// memory, SET among them, with "OOM command not allowed when used memory >
+// 'maxmemory'". What that does to a script depends on whether it declares flags
+// (a "#!lua flags=..." first line, Redis 7 and later):
+//
+//   - A script without flags, as these are, starts whatever the memory. Redis
+//     notes at the call's start whether it is over the limit, and then refuses a
+//     command that may take memory only while the script has written nothing:
+//     once a script has written, none of its later commands is refused for memory
+//     (Redis cannot stop a script half way, and never rolls one back). A command
+//     that takes no memory, PEXPIRE or DEL, is never refused. Redis 6.2 does the
+//     same.
+//   - A script with flags is refused at its start, before it runs, unless it
+//     declares allow-oom (then nothing in it is refused) or no-writes.
+//
+// Both give a full Redis's refusals all or nothing. These scripts declare no flags,
+// so that Redis 6.2 (the first with SET ... GET) runs them too, and rely on the
+// first rule: every transition's first write is a SET (begin's SET NX, complete's
+// SET ... KEEPTTL GET, fail's, release's and the operator's SET, and extend's SET
+// PX), so a full Redis refuses a call at its first write, before it changed any
+// record. Extend writes the record again with its new TTL rather than only giving
+// it one: Redis would run a PEXPIRE, and a claim kept alive while its completion
+// cannot be stored would hold its caller for as long as Redis stays full. Refused,
+// a full Redis is to the engine what an unreachable one is: it sends a refused
+// settlement again while the claim is live, and the claim runs out at its lease.
+//
+// The refusal is the call's reply. redis.call raises it, which ends the script;
+// where a script reads or writes with redis.pcall, it tells WRONGTYPE (the key
+// holds another type: not a record, CORRUPT) from every other error, which it
+// returns whole as the call's reply. The store answers such a reply as unavailable
+// (retryable), never as a corrupt record. Peek and the scans only read, and work
+// on a full Redis.
+//
+// An error that ended a call of several records after it had changed some (not
+// memory, by the rule above: a script bug, say) would be, for those, a lost reply:
+// every transition sent again finds its own work.
 package lua

@@ -10,7 +10,11 @@
 -- last allowed attempt; a permanent one to failed. The error goes first in the
 -- record's history. The TTL is left as the claim set it unless the lease has run
 -- out, when the retention starts afresh. A call sent again after a lost reply finds
--- the record moved on at its fence and answers as the first call did.
+-- the record moved on at its fence and answers as the first call did. The
+-- record's operator notes are kept.
+--
+-- When Redis is full it refuses the call's first SET (OOM) before anything
+-- changed, and the call answers that error whole.
 --
 -- Returns one code per key: 1 OK (retry), 2 LEASE_LOST, 3 FAILED (terminal), 8 CORRUPT.
 local now = tonumber(ARGV[1])
@@ -28,22 +32,22 @@ for i, key in ipairs(KEYS) do
   local msg = string.sub(blob, pos + 8 + olen, pos + 7 + olen + mlen)
   pos = pos + 8 + olen + mlen
   local v = redis.pcall('GET', key)
+  if refused(v) then
+    return v
+  end
   local r = parse(v)
   if type(v) == 'table' or (v and not r) then
     out[i] = 8
   elseif r and r.state == 1 and r.owner == owner then
     local terminal = permanent or r.attempts >= maxAttempts
-    local state, flags = 4, 16
+    local state, flags = 4, 16 + kept_flags(r)
     if terminal then
       state = 3
     end
     if permanent then
       flags = flags + 2
     end
-    if r.fp then
-      flags = flags + 8
-    end
-    local val = header(state, flags, r.fence, r.attempts, r.created, now) .. (r.fp or '') .. push_error(r.hist, now, msg)
+    local val = header(state, flags, r.fence, r.attempts, r.created, now) .. kept(r) .. push_error(r.hist, now, msg)
     if redis.call('PTTL', key) < r.ret then
       redis.call('SET', key, val, 'PX', r.ret) -- the claim's TTL no longer covers the retention
     else

@@ -112,6 +112,7 @@ func TestForeignValues(t *testing.T) {
 		{"unknown state", "\x19" + strings.Repeat("\x00", 20)},
 		{"cut in the fingerprint", string(whole[:20])},
 		{"started cut in its owner", string(lua.AppendStarted(nil, "worker-7", nil, false, time.Minute, now)[:18])},
+		{"cut in its operator notes", "\x12\x20" + strings.Repeat("\x00", 14) + "\x02\x00\x00\x00\x00\x00\x05ab"},
 	}
 	args := lua.BeginArgs{Lease: time.Second, Retention: time.Minute, MaxAttempts: 3, Now: now}
 	for _, tc := range cases {
@@ -238,5 +239,27 @@ func TestForgottenRecordKeepsItsFence(t *testing.T) {
 	rec, _ = r.Peek(ctx, "t:{gone}")
 	if rec.StateName() != "started" || rec.Owner != "o" || rec.Created.Unix() != now {
 		t.Fatalf("after the claim: %+v", rec)
+	}
+}
+
+// A retry record that holds no error (its attempts were released or taken over,
+// never failed) found at max attempts is failed with an empty error history.
+func TestExhaustedWithoutAnError(t *testing.T) {
+	srv := testenv.RedisServer(t)
+	c := srv.Client(t)
+	ctx := context.Background()
+	r := lua.NewRunner(c)
+	retry := []byte{lua.Version<<4 | lua.StateRetry, 0, 0, 0, 0, 4, 0, 3, 0, 0, 0, 0, 0, 0, 0, 0}
+	if err := c.Set(ctx, "t:{released}", retry, time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rep := begin(ctx, r, lua.BeginArgs{Lease: time.Minute, Retention: time.Hour, MaxAttempts: 3, Now: time.Now().Unix()},
+		lua.BeginItem{Key: "t:{released}", Owner: "o"})[0]
+	if rep.Err != nil || rep.Code != lua.Exhausted || rep.Fence != 4 || rep.Attempts != 3 || rep.Data != "" {
+		t.Fatalf("begin: %+v", rep)
+	}
+	rec, err := r.Peek(ctx, "t:{released}")
+	if err != nil || rec.Corrupt || rec.StateName() != "failed" || len(rec.History) != 0 {
+		t.Fatalf("peek: %+v %v", rec, err)
 	}
 }

@@ -11,22 +11,33 @@ import (
 //
 //	offset size  field
 //	0      1     version<<4 | state (version 1; state 1 started, 2 completed, 3 failed, 4 retry,
-//	             5 forgotten: an operator removed the record, and it keeps only its fence)
+//	             5 forgotten: an operator removed the record, and it keeps only its fence,
+//	             its operator notes and its error history)
 //	1      1     flags: 1 claimed under the key's lock, 2 permanent failure, 4 result dropped,
-//	             8 fingerprint present, 16 error history present
+//	             8 fingerprint present, 16 error history present, 32 operator notes present
 //	2      4     fence
 //	6      2     attempts
 //	8      4     created, unix seconds (the writing worker's clock; informational)
 //	12     4     updated, unix seconds (likewise)
 //	16     16    fingerprint (flag 8): the first 16 bytes of the payload's SHA-256
+//	then         operator notes (flag 32), in every state
 //	then, by state:
 //	started      1 owner length, owner, 6 retention in ms, [error history]
 //	completed    the encoded result; with flag 4 instead the reason it was not kept
-//	failed/retry error history
+//	failed/retry error history (a failed record always has one, though it may be empty;
+//	             a retry record may have none)
+//	forgotten    [error history]
 //
 // Error history: 1 count, then count entries, newest first, each 4 time (unix
 // seconds), 2 length, text. The newest is the last error (at most MaxErrorText
 // bytes); older ones are cut to HistoryText bytes; at most HistoryLen are kept.
+//
+// Operator notes: the same shape (1 count, then newest first 4 time, 2 length,
+// text), one note per operator transition ("unstick by alice: worker died"), each
+// at most MaxNoteText bytes, the newest NotesLen kept: at most 1 + 8 * (6 + 1280) =
+// 10,289 bytes. Every transition keeps them (a completion too), for as long as
+// the record lives; a record that never had an operator's attention has no flag 32
+// and not one byte of them.
 //
 // TTL: a started record lives lease + retention from its last claim or renewal, so
 // its lease runs out, on the Redis server's clock, when its TTL falls to the
@@ -44,6 +55,11 @@ const (
 	MaxErrorText = 8 << 10
 	// HistoryText is how much of an older error a record keeps.
 	HistoryText = 256
+	// NotesLen is how many operator notes a record keeps, the newest.
+	NotesLen = 8
+	// MaxNoteText is the longest operator note a record keeps; longer notes are cut
+	// with a marker (a note package admin writes is at most 1,165 bytes).
+	MaxNoteText = 1280
 )
 
 // States of a record.
@@ -64,6 +80,7 @@ const (
 	FlagDropped   = 4
 	FlagFP        = 8
 	FlagHistory   = 16
+	FlagNotes     = 32
 )
 
 var stateNames = [...]string{"", "started", "completed", "failed", "retry", "forgotten"}
@@ -72,6 +89,12 @@ var stateNames = [...]string{"", "started", "completed", "failed", "retry", "for
 type AttemptError struct {
 	Time    time.Time
 	Message string
+}
+
+// Note is one operator transition's note, as a record keeps it.
+type Note struct {
+	Time time.Time // the operator's clock, whole seconds
+	Text string    // "<op> by <actor>: <reason>"
 }
 
 // Fields are a decoded record.
@@ -86,6 +109,7 @@ type Fields struct {
 	Owner       string   // started only
 	Retention   time.Duration
 	History     []AttemptError
+	Notes       []Note // operators' notes, newest first (FlagNotes)
 	Result      []byte // completed: the result, or the reason it was dropped (FlagDropped)
 }
 
@@ -123,6 +147,17 @@ func Decode(v []byte) (Fields, error) {
 		copy(f.Fingerprint[:], v[p:p+fpLen])
 		p += fpLen
 	}
+	if f.Flags&FlagNotes != 0 {
+		entries, n, err := decodeEntries(v[p:])
+		if err != nil {
+			return bad("operator notes " + err.Error())
+		}
+		f.Notes = make([]Note, len(entries))
+		for i, e := range entries {
+			f.Notes[i] = Note{Time: e.Time, Text: e.Message}
+		}
+		p += n
+	}
 	switch f.State {
 	case StateStarted:
 		if len(v) < p+1 || len(v) < p+1+int(v[p])+retLen {
@@ -138,9 +173,9 @@ func Decode(v []byte) (Fields, error) {
 		return f, nil
 	}
 	if f.Flags&FlagHistory != 0 {
-		h, err := decodeHistory(v[p:])
+		h, _, err := decodeEntries(v[p:])
 		if err != nil {
-			return bad(err.Error())
+			return bad("error history " + err.Error())
 		}
 		f.History = h
 	} else if f.State == StateFailed {
@@ -149,26 +184,28 @@ func Decode(v []byte) (Fields, error) {
 	return f, nil
 }
 
-func decodeHistory(v []byte) ([]AttemptError, error) {
+// decodeEntries reads an error history or a notes block (count, then time, length
+// and text per entry) and how many bytes it takes.
+func decodeEntries(v []byte) ([]AttemptError, int, error) {
 	if len(v) < 1 {
-		return nil, errors.New("error history cut short")
+		return nil, 0, errors.New("cut short")
 	}
 	n, p := int(v[0]), 1
 	out := make([]AttemptError, 0, n)
 	for i := 0; i < n; i++ {
 		if len(v) < p+6 {
-			return nil, errors.New("error history cut short")
+			return nil, 0, errors.New("cut short")
 		}
 		t := int64(binary.BigEndian.Uint32(v[p:]))
 		l := int(binary.BigEndian.Uint16(v[p+4:]))
 		p += 6
 		if len(v) < p+l {
-			return nil, errors.New("error history cut short in a text")
+			return nil, 0, errors.New("cut short in a text")
 		}
 		out = append(out, AttemptError{Time: time.Unix(t, 0), Message: string(v[p : p+l])})
 		p += l
 	}
-	return out, nil
+	return out, p, nil
 }
 
 func uint48(b []byte) int64 {
@@ -239,12 +276,17 @@ func AppendCompleted(b []byte, fence int64, attempts int, fp *[16]byte, created,
 }
 
 // CapError cuts an error text to MaxErrorText bytes, marking how much was cut.
-func CapError(msg string) string {
-	if len(msg) <= MaxErrorText {
+func CapError(msg string) string { return capText(msg, MaxErrorText) }
+
+// CapNote cuts an operator's note to MaxNoteText bytes, marking how much was cut.
+func CapNote(note string) string { return capText(note, MaxNoteText) }
+
+func capText(msg string, limit int) string {
+	if len(msg) <= limit {
 		return msg
 	}
 	marker := fmt.Sprintf(" ... [cut from %d bytes]", len(msg))
-	cut := MaxErrorText - len(marker)
+	cut := limit - len(marker)
 	for cut > 0 && cut < len(msg) && msg[cut]&0xc0 == 0x80 { // do not split a UTF-8 sequence
 		cut--
 	}

@@ -23,7 +23,36 @@ local function has(flags, f)
   return math.floor(flags / f) % 2 == 1
 end
 
-local HISTORY_LEN, HISTORY_TEXT = 4, 256
+local HISTORY_LEN, HISTORY_TEXT, NOTES_LEN = 4, 256, 8
+
+-- refused reports whether a redis.pcall reply is an error other than WRONGTYPE:
+-- Redis refused the command (OOM when it is full, MISCONF, READONLY, NOPERM...).
+-- The scripts hand such an error back whole as their own reply, which the store
+-- answers as unavailable. WRONGTYPE alone says the key holds something that is
+-- not a string, so not a record.
+local function refused(v)
+  return type(v) == 'table' and type(v.err) == 'string' and string.sub(v.err, 1, 10) ~= 'WRONGTYPE '
+end
+
+-- notes_end is the position just after the notes block that starts at p, or nil
+-- when v is cut short in it.
+local function notes_end(v, p)
+  local n = string.byte(v, p)
+  if not n then
+    return nil
+  end
+  p = p + 1
+  for _ = 1, n do
+    if #v < p + 5 then
+      return nil
+    end
+    p = p + 6 + u16(v, p + 4)
+  end
+  if #v < p - 1 then
+    return nil
+  end
+  return p
+end
 
 -- parse reads a record value; nil and a reason when v is not a record.
 local function parse(v)
@@ -46,6 +75,14 @@ local function parse(v)
     end
     r.fp = string.sub(v, 17, 32)
     p = 33
+  end
+  if has(flags, 32) then
+    local e = notes_end(v, p)
+    if not e then
+      return nil, 'record cut short in its operator notes'
+    end
+    r.notes = string.sub(v, p, e - 1)
+    p = e
   end
   if state == 1 then
     local n = string.byte(v, p)
@@ -96,9 +133,41 @@ local function push_error(hist, now, msg)
   return string.char(#out) .. table.concat(out)
 end
 
+-- push_note puts (now, text) first in a notes block and keeps the newest NOTES_LEN.
+-- Texts come capped (lua.CapNote): a block is at most 1 + 8 * (6 + 1280) bytes.
+local function push_note(notes, now, text)
+  local out = {p32(now) .. p16(#text) .. text}
+  if notes then
+    local count, p = string.byte(notes, 1), 2
+    for _ = 1, math.min(count, NOTES_LEN - 1) do
+      local len = u16(notes, p + 4)
+      out[#out + 1] = string.sub(notes, p, p + 5 + len)
+      p = p + 6 + len
+    end
+  end
+  return string.char(#out) .. table.concat(out)
+end
+
 -- header builds a record header; created is the 4 bytes kept from the record.
 local function header(state, flags, fence, attempts, created, now)
   return string.char(16 + state, flags) .. p32(fence) .. p16(attempts) .. created .. p32(now)
+end
+
+-- kept is what every state keeps after the header: the fingerprint and the
+-- operator notes (each when the record has them); kept_flags are their flags.
+local function kept(r)
+  return (r.fp or '') .. (r.notes or '')
+end
+
+local function kept_flags(r)
+  local f = 0
+  if r.fp then
+    f = f + 8
+  end
+  if r.notes then
+    f = f + 32
+  end
+  return f
 end
 
 -- owner_is reports whether v is a started record claimed by owner, cheaply.
@@ -106,9 +175,15 @@ local function owner_is(v, owner)
   if type(v) ~= 'string' or string.byte(v, 1) ~= 17 then
     return false
   end
-  local p = 17
-  if has(string.byte(v, 2), 8) then
+  local p, flags = 17, string.byte(v, 2)
+  if has(flags, 8) then
     p = 33
+  end
+  if has(flags, 32) then
+    p = notes_end(v, p)
+    if not p then
+      return false
+    end
   end
   local n = string.byte(v, p)
   return n == #owner and string.sub(v, p + 1, p + n) == owner

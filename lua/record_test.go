@@ -31,6 +31,13 @@ func TestRecordLayout(t *testing.T) {
 	if err != nil || d.Flags&lua.FlagDropped == 0 || string(d.Result) != "2000000" {
 		t.Fatalf("dropped: %+v %v", d, err)
 	}
+	// Operator notes (flag 32) come after the fingerprint, in every state.
+	n, err := lua.Decode([]byte("\x12\x20\x00\x00\x00\x01\x00\x01\x00\x00\x00\x00\x00\x00\x00\x00" +
+		"\x01\x00\x00\x00\x2a\x00\x02hi" + "r"))
+	if err != nil || n.StateName() != "completed" || len(n.Notes) != 1 || n.Notes[0].Text != "hi" || n.Notes[0].Time.Unix() != 42 ||
+		string(n.Result) != "r" {
+		t.Fatalf("notes: %+v %v", n, err)
+	}
 	for _, bad := range [][]byte{nil, []byte("short"), []byte(strings.Repeat("\x00", 16)), done[:10]} {
 		if _, err := lua.Decode(bad); !errors.Is(err, lua.ErrNotRecord) {
 			t.Fatalf("Decode(%q) = %v, want ErrNotRecord", bad, err)
@@ -54,6 +61,7 @@ func FuzzDecode(f *testing.F) {
 	now := time.Now().Unix()
 	f.Add(lua.AppendStarted(nil, "o", &[16]byte{1}, false, time.Hour, now))
 	f.Add(lua.AppendCompleted(nil, 2, 1, nil, now, now, []byte("r"), ""))
+	f.Add([]byte("\x12\x20\x00\x00\x00\x01\x00\x01\x00\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00\x00\x00\x02hir"))
 	f.Add([]byte("\x13\x10\x00\x00\x00\x01\x00\x01\x00\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00\x00\x00\x02hi"))
 	f.Fuzz(func(t *testing.T, v []byte) {
 		r, err := lua.Decode(v)

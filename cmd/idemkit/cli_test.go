@@ -153,10 +153,17 @@ func TestStuckKeyUnstuck(t *testing.T) {
 		t.Fatalf("handler ran %d times after the unstick, want 1", runs)
 	}
 	r := idemkit(t, append([]string{"inspect", "order-42", "--json"}, flags...)...)
-	var rec map[string]any
-	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &rec) != nil || rec["state"] != "completed" || rec["fence"] != float64(3) {
-		t.Fatalf("inspect after the delivery: %+v", r)
+	var rec struct {
+		State string
+		Fence int64
+		Notes []struct{ Text string }
 	}
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &rec) != nil || rec.State != "completed" || rec.Fence != 3 ||
+		len(rec.Notes) != 1 || rec.Notes[0].Text != "unstick by alice: worker died in the outage" {
+		t.Fatalf("inspect after the delivery: the record or its operator note is not there: %+v", r)
+	}
+	expect(t, idemkit(t, append([]string{"inspect", "order-42"}, flags...)...), 0,
+		"completed", "notes        2", "unstick by alice: worker died in the outage")
 }
 
 func TestUsageAndUnreachable(t *testing.T) {

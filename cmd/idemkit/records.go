@@ -36,11 +36,18 @@ type recordJSON struct {
 	Dropped     string        `json:"result_dropped,omitempty"`
 	TTLSeconds  float64       `json:"ttl_s"`
 	History     []historyJSON `json:"history,omitempty"`
+	Notes       []noteJSON    `json:"notes,omitempty"`
 }
 
 type historyJSON struct {
 	Time    time.Time `json:"time"`
 	Message string    `json:"message"`
+}
+
+// noteJSON is one operator note: who changed the record, how and why.
+type noteJSON struct {
+	Time time.Time `json:"time"`
+	Text string    `json:"text"`
 }
 
 func toJSON(r admin.Record) recordJSON {
@@ -53,6 +60,9 @@ func toJSON(r admin.Record) recordJSON {
 	}
 	for _, h := range r.History {
 		j.History = append(j.History, historyJSON{h.Time.UTC(), h.Message})
+	}
+	for _, n := range r.Notes {
+		j.Notes = append(j.Notes, noteJSON{n.Time.UTC(), n.Text})
 	}
 	return j
 }
@@ -91,7 +101,7 @@ func oneLine(s string, n int) string {
 func (a *app) inspectCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "inspect KEY",
-		Short: "show one record: state, owner, fence, attempts, lease left, fingerprint, times, result size and error history",
+		Short: "show one record: state, owner, fence, attempts, lease left, fingerprint, times, result size, error history and operator notes",
 		Args:  exactArgs(1, "KEY (make one from business ids with: idemkit keygen NS PARTS...)"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			in, err := a.inspector(nil)
@@ -137,16 +147,8 @@ func (a *app) inspectCmd() *cobra.Command {
 				row("result", "-")
 			}
 			row("ttl", short(r.TTL))
-			if len(r.History) == 0 {
-				row("history", "-")
-			}
-			for i, h := range r.History {
-				label := ""
-				if i == 0 {
-					label = "history"
-				}
-				row(label, h.Time.UTC().Format(time.RFC3339)+"  "+h.Message)
-			}
+			entries(row, "history", len(r.History), func(i int) (time.Time, string) { return r.History[i].Time, r.History[i].Message })
+			entries(row, "notes", len(r.Notes), func(i int) (time.Time, string) { return r.Notes[i].Time, r.Notes[i].Text })
 			return tw.Flush()
 		},
 	}
@@ -158,6 +160,20 @@ func (a *app) scopeRead() string {
 		return "every scope (no --scope was given)"
 	}
 	return fmt.Sprintf("scope %q", a.scope)
+}
+
+// entries shows n timed texts, newest first, under label ("-" when there are none).
+func entries(row func(k, v string), label string, n int, at func(i int) (time.Time, string)) {
+	if n == 0 {
+		row(label, "-")
+	}
+	for i := 0; i < n; i++ {
+		t, text := at(i)
+		if i > 0 {
+			label = ""
+		}
+		row(label, t.UTC().Format(time.RFC3339)+"  "+text)
+	}
 }
 
 func exactArgs(n int, what string) cobra.PositionalArgs {
