@@ -284,6 +284,22 @@ func TestTopologyConflict(t *testing.T) {
 	}
 }
 
+// A store left on the default scope is refused: two services whose queues are
+// bound to one fanout exchange would share its records, and the second would take
+// every message the first handled for a DUPLICATE and never run it.
+func TestDefaultScopeRefused(t *testing.T) {
+	onDefault, err := consumer.NewRedisStore(testenv.Redis(t), consumer.WithPrefix(testenv.Prefix(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := func(ctx context.Context, d amqp091.Delivery) (int, error) { return 0, nil }
+	w, err := idemamqp.NewWorker(onDefault, testenv.LocalAMQPURL, idemamqp.Topology{Queue: "q"}, h)
+	if w != nil || !errors.Is(err, idemamqp.ErrConfig) || !errors.Is(err, consumer.ErrDefaultScope) ||
+		!strings.Contains(err.Error(), "consumer.WithScope") {
+		t.Fatalf("worker on the default scope: %v, %v; want ErrConfig matching consumer.ErrDefaultScope naming WithScope", w, err)
+	}
+}
+
 func TestInvalidConfiguration(t *testing.T) {
 	store, _, _ := newStore(t)
 	h := func(ctx context.Context, d amqp091.Delivery) (int, error) { return 0, nil }

@@ -63,6 +63,14 @@
 // function (WithKeyFunc, WithValueKey). A delivery without a key is dead-lettered
 // with that reason: it is never run unguarded.
 //
+// # Scope
+//
+// The store must have a scope of its own (consumer.WithScope, the service's
+// name): NewWorker refuses one left on the default scope with an error matching
+// ErrConfig and consumer.ErrDefaultScope, since two services whose queues are bound
+// to one fanout exchange would share its records, and the second would take every
+// message the first handled for a DUPLICATE and never run it.
+//
 // # Connection loss and shutdown
 //
 // When the connection or a channel closes, the worker reconnects with exponential

@@ -89,6 +89,9 @@ func NewTypedWorker[V, T any](store consumer.Store, url string, topo Topology, d
 		cfg.concurrency = cfg.prefetch
 	}
 	s := store.Settings()
+	if err := s.CheckScope(); err != nil {
+		return nil, configError("%w", err)
+	}
 	w := &Worker[V, T]{url: url, store: store, topo: topo.withDefaults(), decode: decode, handle: handler, cfg: cfg,
 		log: cfg.logger, maxAttempts: cfg.maxAttempts}
 	if w.log == nil {
