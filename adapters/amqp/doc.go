@@ -77,8 +77,14 @@
 // backoff and full jitter, declares its consumer again, and never acks a delivery
 // tag of the dead channel. The deliveries that were unacked return to the queue;
 // their keys come back as DUPLICATE (done) or IN_PROGRESS (still running
-// elsewhere). When Run's context is cancelled the worker cancels its consumer, lets
-// what it took settle for up to WithShutdownGrace, then cancels the handlers still
-// running, releases their claims, and closes: what was not acked returns to the
-// queue.
+// elsewhere).
+//
+// When Run's context is cancelled the worker cancels its consumer and lets what it
+// took settle for up to WithShutdownGrace: the handlers finish, their records are
+// settled, and every dead-letter and retry copy is confirmed by the broker and its
+// original acked before Run returns. When the grace runs out, the handlers still
+// running see their contexts cancelled and their claims are released, and a copy
+// not yet sent is not sent: its original returns to the queue whole. A copy
+// already sent is still waited for (its confirm is bounded by 30s) and its
+// original acked, so that no message is both copied and put back.
 package amqp

@@ -256,7 +256,15 @@ type publisher struct {
 	ch      *amqp091.Channel
 	returns chan amqp091.Return
 	closed  chan *amqp091.Error
+	sealed  atomic.Bool // the shutdown grace ran out: nothing more is sent
 }
+
+// errSealed: a copy not sent because the shutdown grace ran out; its original
+// returns to the queue.
+var errSealed = errors.New("amqp: shutting down: copy not sent")
+
+// seal stops sending: a publish that has not sent its copy yet returns errSealed.
+func (p *publisher) seal() { p.sealed.Store(true) }
 
 // publish copies d to queue (through the default exchange) with extra headers and
 // waits for the broker's confirm; an unroutable message is an error. With
@@ -297,12 +305,19 @@ func (p *publisher) publish(ctx context.Context, queue string, d amqp091.Deliver
 	return true, p.send(ctx, queue, msg)
 }
 
+// send publishes msg and waits for its confirm, unless the publisher is sealed. A
+// copy once sent is waited for whatever ctx does (up to confirmTimeout): its
+// original is acked only after it, and must not be put back beside it.
 func (p *publisher) send(ctx context.Context, queue string, msg amqp091.Publishing) error {
+	if p.sealed.Load() {
+		return errSealed
+	}
+	ctx = context.WithoutCancel(ctx)
 	conf, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, "", queue, true, false, msg)
 	if err != nil {
 		return fmt.Errorf("amqp: republish to %q: %w", queue, err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	wctx, cancel := context.WithTimeout(ctx, confirmTimeout)
 	defer cancel()
 	var acked bool
 	select {
@@ -338,6 +353,9 @@ func (p *publisher) reopen() error {
 	p.ch, p.returns, p.closed = ch, ch.NotifyReturn(make(chan amqp091.Return, 1)), ch.NotifyClose(make(chan *amqp091.Error, 1))
 	return nil
 }
+
+// confirmTimeout bounds the wait for the broker's confirm of a copy.
+const confirmTimeout = 30 * time.Second
 
 // maxHeaderTable is the largest header table a dead-letter copy keeps whole: half
 // of RabbitMQ's default frame_max (128 KiB), leaving room for the frame's other
