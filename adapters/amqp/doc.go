@@ -87,4 +87,26 @@
 // not yet sent is not sent: its original returns to the queue whole. A copy
 // already sent is still waited for (its confirm is bounded by 30s) and its
 // original acked, so that no message is both copied and put back.
+//
+// # Refusals and readiness
+//
+// A refusal that reconnecting cannot cure ends Run with a *RefusedError that says
+// what to fix: a wrong user name or password, a vhost that does not exist or that
+// the user may not use (403 ACCESS_REFUSED, 530 NOT_ALLOWED, 402 INVALID_PATH at
+// login), or permissions the user lacks on the worker's queues (403 on a channel).
+// RabbitMQ drops a login with a wrong password without saying why, as a lost
+// connection would, so Run ends only when the next dial is dropped too (a login
+// that runs out of the dial's 5s is not taken for a refusal). A
+// connection limit that is reached and a vhost that is restarting are waited out,
+// and so is everything else: a broker that does not answer, a connection the
+// broker closes (CONNECTION_FORCED), a reset, a missed heartbeat. Run ends with a
+// *TopologyConflictError when a queue exists with other arguments.
+//
+// Worker.Check is for start-up: it dials the broker as Run would, declares the
+// topology (or checks that its queues exist, under WithDeclare(false)), and
+// reports a refusal, a conflict or a broker that does not answer, without
+// consuming. Worker.Ready is for readiness probes: nil while Run consumes, and
+// otherwise an error matching ErrNotConsuming that says why (not started,
+// reconnecting after an error, refused, stopped). Neither checks the store: the
+// Redis store has a Check of its own.
 package amqp
