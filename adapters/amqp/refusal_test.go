@@ -240,16 +240,18 @@ func TestConnectionLimitIsWaitedOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := start(t, w)
-	testenv.Eventually(t, 30*time.Second, "three refused logins", func() bool { return hooks.reconnects.Load() >= 3 })
+	testenv.Eventually(t, 30*time.Second, "three refused logins", func() bool {
+		select {
+		case err := <-r.done:
+			r.done <- err
+			t.Fatalf("Run ended over a connection limit: %v", err)
+		default:
+		}
+		return hooks.reconnects.Load() >= 3
+	})
 	var aerr *amqp091.Error
 	if err := w.Ready(); !errors.As(err, &aerr) || aerr.Code != amqp091.NotAllowed {
 		t.Fatalf("Ready while the limit holds: %v; want the broker's 530", err)
-	}
-	select {
-	case err := <-r.done:
-		r.done <- err
-		t.Fatalf("Run ended over a connection limit: %v", err)
-	default:
 	}
 	rabbitmqctl(t, "clear_vhost_limits", "-p", uri.Vhost)
 	testenv.Eventually(t, 30*time.Second, "every order fulfilled", func() bool { return book.Total(t) == len(orders) })
