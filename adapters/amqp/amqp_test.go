@@ -3,6 +3,8 @@ package amqp_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -71,8 +73,8 @@ func TestExactlyOnceWithDuplicates(t *testing.T) {
 	}
 }
 
-// Every connection is force-closed twice mid-run: the workers reconnect and
-// nothing is lost or done twice.
+// The broker force-closes every worker's connection twice mid-run: the workers
+// reconnect and nothing is lost or done twice.
 func TestForcedConnectionCloses(t *testing.T) {
 	url := testenv.AMQP(t)
 	if !haveRabbitmqctl() {
@@ -86,8 +88,9 @@ func TestForcedConnectionCloses(t *testing.T) {
 		time.Sleep(200 * time.Microsecond)
 		return fulfil(book)(ctx, o, d)
 	}
+	name := fmt.Sprintf("idemkit-test-%04x", rand.N(1<<16)) // only these workers' connections are closed
 	for i := 0; i < 4; i++ {
-		w, err := idemamqp.NewTypedWorker(store, url, topo, decodeOrder, slow, idemamqp.WithPrefetch(50),
+		w, err := idemamqp.NewTypedWorker(store, url, topo, decodeOrder, slow, idemamqp.WithPrefetch(50), idemamqp.WithName(name),
 			idemamqp.WithHooks(hooks), idemamqp.WithReconnectBackoff(50*time.Millisecond, 500*time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
@@ -96,7 +99,7 @@ func TestForcedConnectionCloses(t *testing.T) {
 	}
 	for round := 1; round <= 2; round++ {
 		testenv.Eventually(t, 60*time.Second, "progress before the forced close", func() bool { return book.Total(t) >= round*1200 })
-		closeAllConnections(t)
+		closeConnectionsNamed(t, name)
 		testenv.Eventually(t, 30*time.Second, "the workers to reconnect", func() bool { return hooks.reconnects.Load() >= int64(4*round) })
 	}
 	testenv.Eventually(t, 120*time.Second, "every order fulfilled", func() bool { return book.Total(t) >= 4000 })
@@ -281,6 +284,22 @@ func TestTopologyConflict(t *testing.T) {
 	// Declaring the same topology again is fine.
 	if err := classic.Declare(dial(t, url)); err != nil {
 		t.Fatalf("declare again: %v", err)
+	}
+}
+
+// A store left on the default scope is refused: two services whose queues are
+// bound to one fanout exchange would share its records, and the second would take
+// every message the first handled for a DUPLICATE and never run it.
+func TestDefaultScopeRefused(t *testing.T) {
+	onDefault, err := consumer.NewRedisStore(testenv.Redis(t), consumer.WithPrefix(testenv.Prefix(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := func(ctx context.Context, d amqp091.Delivery) (int, error) { return 0, nil }
+	w, err := idemamqp.NewWorker(onDefault, testenv.LocalAMQPURL, idemamqp.Topology{Queue: "q"}, h)
+	if w != nil || !errors.Is(err, idemamqp.ErrConfig) || !errors.Is(err, consumer.ErrDefaultScope) ||
+		!strings.Contains(err.Error(), "consumer.WithScope") {
+		t.Fatalf("worker on the default scope: %v, %v; want ErrConfig matching consumer.ErrDefaultScope naming WithScope", w, err)
 	}
 }
 

@@ -132,8 +132,10 @@ func WithConsumerTimeout(d time.Duration) Opt {
 }
 
 // WithShutdownGrace bounds how long the deliveries taken may still settle after
-// Run's context is cancelled; then running handlers see their contexts cancelled,
-// and what is not settled returns to the queue. Default 10s.
+// Run's context is cancelled, their dead-letter and retry copies confirmed and
+// their originals acked; then running handlers see their contexts cancelled, no
+// further copy is sent, and what is not settled returns to the queue whole.
+// Default 10s.
 func WithShutdownGrace(d time.Duration) Opt { return optFunc(func(c *config) { c.shutdownGrace = d }) }
 
 // WithReconnectBackoff sets the reconnection backoff: base doubling to max, with

@@ -63,14 +63,50 @@
 // function (WithKeyFunc, WithValueKey). A delivery without a key is dead-lettered
 // with that reason: it is never run unguarded.
 //
+// # Scope
+//
+// The store must have a scope of its own (consumer.WithScope, the service's
+// name): NewWorker refuses one left on the default scope with an error matching
+// ErrConfig and consumer.ErrDefaultScope, since two services whose queues are bound
+// to one fanout exchange would share its records, and the second would take every
+// message the first handled for a DUPLICATE and never run it.
+//
 // # Connection loss and shutdown
 //
 // When the connection or a channel closes, the worker reconnects with exponential
 // backoff and full jitter, declares its consumer again, and never acks a delivery
 // tag of the dead channel. The deliveries that were unacked return to the queue;
 // their keys come back as DUPLICATE (done) or IN_PROGRESS (still running
-// elsewhere). When Run's context is cancelled the worker cancels its consumer, lets
-// what it took settle for up to WithShutdownGrace, then cancels the handlers still
-// running, releases their claims, and closes: what was not acked returns to the
-// queue.
+// elsewhere).
+//
+// When Run's context is cancelled the worker cancels its consumer and lets what it
+// took settle for up to WithShutdownGrace: the handlers finish, their records are
+// settled, and every dead-letter and retry copy is confirmed by the broker and its
+// original acked before Run returns. When the grace runs out, the handlers still
+// running see their contexts cancelled and their claims are released, and a copy
+// not yet sent is not sent: its original returns to the queue whole. A copy
+// already sent is still waited for (its confirm is bounded by 30s) and its
+// original acked, so that no message is both copied and put back.
+//
+// # Refusals and readiness
+//
+// A refusal that reconnecting cannot cure ends Run with a *RefusedError that says
+// what to fix: a wrong user name or password, a vhost that does not exist or that
+// the user may not use (403 ACCESS_REFUSED, 530 NOT_ALLOWED, 402 INVALID_PATH at
+// login), or permissions the user lacks on the worker's queues (403 on a channel).
+// RabbitMQ drops a login with a wrong password without saying why, as a lost
+// connection would, so Run ends only when the next dial is dropped too (a login
+// that runs out of the dial's 5s is not taken for a refusal). A
+// connection limit that is reached and a vhost that is restarting are waited out,
+// and so is everything else: a broker that does not answer, a connection the
+// broker closes (CONNECTION_FORCED), a reset, a missed heartbeat. Run ends with a
+// *TopologyConflictError when a queue exists with other arguments.
+//
+// Worker.Check is for start-up: it dials the broker as Run would, declares the
+// topology (or checks that its queues exist, under WithDeclare(false)), and
+// reports a refusal, a conflict or a broker that does not answer, without
+// consuming. Worker.Ready is for readiness probes: nil while Run consumes, and
+// otherwise an error matching ErrNotConsuming that says why (not started,
+// reconnecting after an error, refused, stopped). Neither checks the store: the
+// Redis store has a Check of its own.
 package amqp

@@ -29,7 +29,11 @@ func Example() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if err := w.Run(ctx); err != nil {
+	if err := w.Check(ctx); err != nil { // a wrong password or vhost says so here
+		log.Fatal(err)
+	}
+	// A readiness probe serves w.Ready(): nil while the worker consumes.
+	if err := w.Run(ctx); err != nil { // a *RefusedError or a *TopologyConflictError
 		log.Fatal(err)
 	}
 }

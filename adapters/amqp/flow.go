@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/idemkit/idemkit/consumer"
@@ -23,6 +24,12 @@ type flow[V, T any] struct {
 	done chan struct{}
 	tags engine.Tracker
 	fail chan error // an ack or a republish failed: the session ends
+
+	mu      sync.Mutex
+	copying int           // republishing goroutines running (each acks its delivery)
+	idle    chan struct{} // closed when copying drops to 0
+	ended   bool          // stop is done waiting: no more copies start
+	acked   bool          // the acker is gone: acks are dropped, the broker redelivers
 }
 
 func (w *Worker[V, T]) newFlow(ctx context.Context, sub *amqp091.Channel, p *publisher) (*flow[V, T], error) {
@@ -37,17 +44,76 @@ func (w *Worker[V, T]) newFlow(ctx context.Context, sub *amqp091.Channel, p *pub
 	return f, nil
 }
 
-// stop lets what was taken settle (until work ends: the shutdown grace) and stops
-// the engine; deliveries not settled return to the queue with the channel.
+// stop lets what was taken settle and stops the engine, then waits for the
+// dead-letter and retry copies (each confirmed, then its original acked), all
+// within the shutdown grace (until work ends). When the grace runs out, a copy not
+// yet sent is not sent: its original returns to the queue whole. A copy already
+// sent is waited for (its confirm is bounded), and its original acked, so that no
+// message is both copied and put back. After a failed session nothing waits: the
+// channel is gone and nothing more can be acked.
 func (f *flow[V, T]) stop(ctx, work context.Context) {
 	sctx, cancel := context.WithCancel(work)
-	if ctx.Err() == nil { // the session failed: the channel is gone, nothing can be acked
+	defer cancel()
+	if ctx.Err() == nil { // the session failed
 		cancel()
 	}
 	_ = f.pipe.Shutdown(sctx)
-	cancel()
+	if !f.quiet(sctx) {
+		f.pub.seal()
+	}
+	f.mu.Lock()
+	f.ended = true
+	f.mu.Unlock()
+	f.quiet(context.Background()) // the copies already sent
+	f.mu.Lock()
+	f.acked = true
 	close(f.acks)
+	f.mu.Unlock()
 	<-f.done
+	_ = f.sub.Close() // its close-ok comes after the broker took every ack before it
+}
+
+// spawn runs a republish on a goroutine the flow owns, unless stop is done
+// waiting for them (the delivery then returns to the queue with the channel).
+func (f *flow[V, T]) spawn(republish func()) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ended {
+		return
+	}
+	if f.copying == 0 {
+		f.idle = make(chan struct{})
+	}
+	f.copying++
+	go func() {
+		defer f.spawned()
+		republish()
+	}()
+}
+
+func (f *flow[V, T]) spawned() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.copying--; f.copying == 0 {
+		close(f.idle)
+	}
+}
+
+// quiet waits until no republish runs, or ctx ends; it reports whether none runs.
+func (f *flow[V, T]) quiet(ctx context.Context) bool {
+	for {
+		f.mu.Lock()
+		n, idle := f.copying, f.idle
+		f.mu.Unlock()
+		if n == 0 {
+			return true
+		}
+		select {
+		case <-idle:
+		case <-ctx.Done():
+			return false
+		}
+	}
 }
 
 // take hands one delivery to the engine.
@@ -66,7 +132,7 @@ func (f *flow[V, T]) take(ctx context.Context, d amqp091.Delivery) error {
 		if errors.Is(err, ErrNoKey) {
 			kind = "NO_KEY"
 		}
-		go f.deadLetter(ctx, d, key, attemptsOf(d)+1, kind, consumer.Error, err)
+		f.spawn(func() { f.deadLetter(ctx, d, key, attemptsOf(d)+1, kind, consumer.Error, err) })
 		return nil
 	}
 	item := consumer.PipelineItem[T]{Key: key, Payload: d.Body,
@@ -95,7 +161,7 @@ func (f *flow[V, T]) settled(ctx context.Context, d amqp091.Delivery, key consum
 		f.ack(d)
 		return
 	case consumer.DeadLetter:
-		go f.deadLetter(ctx, d, key, attempts+1, consumer.DeadLetterKind(r.Err), r.Outcome, r.Err)
+		f.spawn(func() { f.deadLetter(ctx, d, key, attempts+1, consumer.DeadLetterKind(r.Err), r.Outcome, r.Err) })
 		return
 	}
 	// Retry later through a delayed-retry queue. Another owner's live claim, a
@@ -112,13 +178,15 @@ func (f *flow[V, T]) settled(ctx context.Context, d amqp091.Delivery, key consum
 	case counted:
 		attempts++
 		if attempts >= w.maxAttempts {
-			go f.deadLetter(ctx, d, key, attempts, consumer.DeadLetterKind(consumer.ErrAttemptsExhausted), r.Outcome,
-				fmt.Errorf("still failing after %d deliveries: %w", attempts, r.Err))
+			why := fmt.Errorf("still failing after %d deliveries: %w", attempts, r.Err)
+			f.spawn(func() {
+				f.deadLetter(ctx, d, key, attempts, consumer.DeadLetterKind(consumer.ErrAttemptsExhausted), r.Outcome, why)
+			})
 			return
 		}
 		delay = w.topo.retryDelay(attempts, 0)
 	}
-	go f.retry(ctx, d, attempts, delay, r)
+	f.spawn(func() { f.retry(ctx, d, attempts, delay, r) })
 }
 
 func (f *flow[V, T]) retry(ctx context.Context, d amqp091.Delivery, attempts int, delay time.Duration, r consumer.Result[T]) {
@@ -180,7 +248,12 @@ func (f *flow[V, T]) deadLetter(ctx context.Context, d amqp091.Delivery, key con
 	f.ack(d)
 }
 
+// failed ends the session over err, unless err is the end of the shutdown grace:
+// then the delivery just returns to the queue with the channel.
 func (f *flow[V, T]) failed(err error) {
+	if errors.Is(err, errSealed) {
+		return
+	}
 	select {
 	case f.fail <- err:
 	default:
@@ -188,10 +261,14 @@ func (f *flow[V, T]) failed(err error) {
 	_ = f.sub.Close() // the session ends; what was not acked returns to the queue
 }
 
-// ack hands a settled delivery's tag to the acker.
+// ack hands a settled delivery's tag to the acker; once the acker is gone, the
+// delivery returns to the queue with the channel.
 func (f *flow[V, T]) ack(d amqp091.Delivery) {
-	defer func() { _ = recover() }() // the session ended: the acker is gone, the broker redelivers
-	f.acks <- d.DeliveryTag
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.acked {
+		f.acks <- d.DeliveryTag // the acker never takes mu: it drains
+	}
 }
 
 // acker acks settled tags: whatever is waiting is taken at once; the tags that

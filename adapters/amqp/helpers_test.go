@@ -202,14 +202,6 @@ func (r *running) stop() {
 	r.done <- err
 }
 
-func closeAllConnections(t *testing.T) {
-	t.Helper()
-	out, err := exec.Command("rabbitmqctl", "close_all_connections", "idemkit test: forced close").CombinedOutput()
-	if err != nil {
-		t.Fatalf("rabbitmqctl close_all_connections: %v: %s", err, out)
-	}
-}
-
 func haveRabbitmqctl() bool {
 	_, err := exec.LookPath("rabbitmqctl")
 	return err == nil && os.Getenv("IDEMKIT_AMQP_URL") == ""

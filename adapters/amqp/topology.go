@@ -147,19 +147,46 @@ func (t Topology) Declare(conn *amqp091.Connection) error {
 	return nil
 }
 
-// Delete removes every queue of the topology (tests, tear-down).
-func (t Topology) Delete(conn *amqp091.Connection) error {
+// verify checks that every queue of the topology exists (without declaring it).
+func (t Topology) verify(conn *amqp091.Connection) error {
 	t = t.withDefaults()
+	for _, name := range t.names() {
+		ch, err := conn.Channel() // a failed passive declare closes its channel
+		if err != nil {
+			return err
+		}
+		_, err = ch.QueueDeclarePassive(name, true, false, false, false, nil)
+		var aerr *amqp091.Error
+		if errors.As(err, &aerr) && aerr.Code == amqp091.NotFound {
+			return fmt.Errorf("amqp: queue %q does not exist: declare the topology (WithDeclare(true), or Topology.Declare)", name)
+		}
+		if err != nil {
+			return fmt.Errorf("amqp: inspect queue %q: %w", name, err)
+		}
+		_ = ch.Close()
+	}
+	return nil
+}
+
+// names lists the topology's queues: the work queue, the dead-letter queue and
+// the retry queues.
+func (t Topology) names() []string {
 	names := []string{t.Queue, t.DeadLetterQueue}
 	for _, d := range t.RetryDelays {
 		names = append(names, t.RetryQueue(d))
 	}
+	return names
+}
+
+// Delete removes every queue of the topology (tests, tear-down).
+func (t Topology) Delete(conn *amqp091.Connection) error {
+	t = t.withDefaults()
 	ch, err := conn.Channel()
 	if err != nil {
 		return err
 	}
 	defer ch.Close()
-	for _, n := range names {
+	for _, n := range t.names() {
 		if _, err := ch.QueueDelete(n, false, false, false); err != nil {
 			return err
 		}

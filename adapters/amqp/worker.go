@@ -37,7 +37,9 @@ type Worker[V, T any] struct {
 	cfg         config
 	log         *slog.Logger
 	maxAttempts int
+	user, vhost string // from the URL, to name in errors
 	running     atomic.Bool
+	ready       atomic.Pointer[error] // what Ready reports; nil pointer: consuming
 }
 
 // NewWorker returns a worker that runs handler on every delivery of topo.Queue on
@@ -76,7 +78,8 @@ func NewTypedWorker[V, T any](store consumer.Store, url string, topo Topology, d
 	case cfg.valueType != nil && cfg.valueType != reflect.TypeFor[V]():
 		return nil, configError("WithValueKey takes a %v but the worker decodes %v", cfg.valueType, reflect.TypeFor[V]())
 	}
-	if _, err := amqp091.ParseURI(url); err != nil {
+	uri, err := amqp091.ParseURI(url)
+	if err != nil {
 		return nil, configError("broker URL: %v", err)
 	}
 	if err := topo.validate(); err != nil {
@@ -89,8 +92,12 @@ func NewTypedWorker[V, T any](store consumer.Store, url string, topo Topology, d
 		cfg.concurrency = cfg.prefetch
 	}
 	s := store.Settings()
+	if err := s.CheckScope(); err != nil {
+		return nil, configError("%w", err)
+	}
 	w := &Worker[V, T]{url: url, store: store, topo: topo.withDefaults(), decode: decode, handle: handler, cfg: cfg,
-		log: cfg.logger, maxAttempts: cfg.maxAttempts}
+		log: cfg.logger, maxAttempts: cfg.maxAttempts, user: uri.Username, vhost: uri.Vhost}
+	w.notReady(errNotStarted)
 	if w.log == nil {
 		w.log = s.Logger
 	}
@@ -109,11 +116,22 @@ func NewTypedWorker[V, T any](store consumer.Store, url string, topo Topology, d
 
 // Run consumes until ctx is cancelled, reconnecting whenever the connection or a
 // channel is lost. It returns nil after a cancellation, or the error that makes
-// going on pointless (a *TopologyConflictError). Run may be called once.
+// going on pointless: a *RefusedError (credentials, vhost, permissions) or a
+// *TopologyConflictError. Run may be called once.
 func (w *Worker[V, T]) Run(ctx context.Context) error {
 	if !w.running.CompareAndSwap(false, true) {
 		return errors.New("amqp: Run called twice")
 	}
+	err := w.run(ctx)
+	if err != nil {
+		w.notReady(err)
+	} else {
+		w.notReady(errStopped)
+	}
+	return err
+}
+
+func (w *Worker[V, T]) run(ctx context.Context) error {
 	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
 	stopGrace := context.AfterFunc(ctx, func() {
@@ -123,14 +141,14 @@ func (w *Worker[V, T]) Run(ctx context.Context) error {
 	defer stopGrace()
 
 	failures := 0
+	guessed := false // the last session ended with the client library's guess of a refusal
 	for {
 		began := time.Now()
 		err := w.session(ctx, work)
 		if ctx.Err() != nil {
 			return nil
 		}
-		var conflict *TopologyConflictError
-		if errors.As(err, &conflict) {
+		if err := permanent(err, w.refusal(err, false), &guessed); err != nil {
 			return err
 		}
 		if time.Since(began) > time.Minute {
@@ -138,6 +156,7 @@ func (w *Worker[V, T]) Run(ctx context.Context) error {
 		}
 		failures++
 		pause := retry.Backoff(w.cfg.backoffBase, w.cfg.backoffMax, failures)
+		w.notReady(fmt.Errorf("reconnecting after: %w", err))
 		w.log.Warn("amqp: session lost; reconnecting", "err", err, "in", pause)
 		w.each(func(h Hook) {
 			if h, ok := h.(ReconnectHook); ok {
@@ -150,22 +169,28 @@ func (w *Worker[V, T]) Run(ctx context.Context) error {
 	}
 }
 
+// permanent returns err when reconnecting cannot cure it: a topology conflict, or
+// a refusal (r) of the broker's own, or the client library's guess of one that
+// the previous session ended with too (*guessed records this one).
+func permanent(err error, r *RefusedError, guessed *bool) error {
+	var conflict *TopologyConflictError
+	switch {
+	case errors.As(err, &conflict):
+		return err
+	case r != nil && (!r.guessed || *guessed):
+		return r
+	}
+	*guessed = r != nil
+	return nil
+}
+
 // session runs one connection until it fails or ctx is cancelled.
 func (w *Worker[V, T]) session(ctx, work context.Context) error {
-	conn, err := amqp091.DialConfig(w.url, amqp091.Config{
-		Properties: amqp091.Table{"connection_name": w.cfg.name},
-		Heartbeat:  10 * time.Second,
-		Dial:       amqp091.DefaultDial(5 * time.Second),
-	})
+	conn, err := w.connect(ctx, false)
 	if err != nil {
-		return fmt.Errorf("amqp: dial: %w", err)
+		return err
 	}
 	defer conn.Close()
-	if w.cfg.declare {
-		if err := w.topo.Declare(conn); err != nil {
-			return err
-		}
-	}
 	pub, err := conn.Channel()
 	if err != nil {
 		return err
@@ -182,6 +207,7 @@ func (w *Worker[V, T]) session(ctx, work context.Context) error {
 		return err
 	}
 	closed := conn.NotifyClose(make(chan *amqp091.Error, 1))
+	subClosed := sub.NotifyClose(make(chan *amqp091.Error, 1))
 	deliveries, err := sub.ConsumeWithContext(ctx, w.topo.Queue, w.cfg.name+"-"+token(), false, false, false, false, nil)
 	if err != nil {
 		return fmt.Errorf("amqp: consume %q: %w", w.topo.Queue, err)
@@ -192,6 +218,7 @@ func (w *Worker[V, T]) session(ctx, work context.Context) error {
 		return err
 	}
 	defer f.stop(ctx, work)
+	w.ready.Store(nil)
 	for {
 		d, ok := <-deliveries
 		if !ok {
@@ -202,7 +229,9 @@ func (w *Worker[V, T]) session(ctx, work context.Context) error {
 			case err := <-f.fail:
 				return err
 			case cerr := <-closed:
-				return fmt.Errorf("amqp: connection closed: %v", cerr)
+				return closedError("connection", cerr)
+			case cerr := <-subClosed:
+				return closedError("consuming channel", cerr)
 			default:
 				return errors.New("amqp: consumer channel closed")
 			}
@@ -212,6 +241,54 @@ func (w *Worker[V, T]) session(ctx, work context.Context) error {
 		}
 	}
 }
+
+// closedError says what closed and the broker's reason, if it gave one.
+func closedError(what string, cerr *amqp091.Error) error {
+	if cerr == nil {
+		return fmt.Errorf("amqp: the %s closed", what)
+	}
+	return fmt.Errorf("amqp: the %s closed: %w", what, cerr)
+}
+
+// connect dials the broker and declares the topology (WithDeclare), or with
+// verify checks that its queues exist. A refusal of the login or the vhost comes
+// back as a *RefusedError. The dial is bounded by ctx's deadline and dialTimeout.
+func (w *Worker[V, T]) connect(ctx context.Context, verify bool) (*amqp091.Connection, error) {
+	timeout := dialTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = max(min(timeout, time.Until(dl)), time.Millisecond)
+	}
+	began := time.Now()
+	conn, err := amqp091.DialConfig(w.url, amqp091.Config{
+		Properties: amqp091.Table{"connection_name": w.cfg.name},
+		Heartbeat:  10 * time.Second,
+		Dial:       amqp091.DefaultDial(timeout),
+	})
+	if err != nil {
+		// The client library takes a login that ran out of time for a refusal too.
+		if r := w.refusal(err, true); r != nil && !(r.guessed && time.Since(began) >= timeout) {
+			return nil, r
+		}
+		return nil, fmt.Errorf("%w: %w", errDial, err)
+	}
+	switch {
+	case w.cfg.declare:
+		err = w.topo.Declare(conn)
+	case verify:
+		err = w.topo.verify(conn)
+	}
+	if err != nil {
+		_ = conn.Close()
+		return nil, err
+	}
+	return conn, nil
+}
+
+// dialTimeout bounds a dial: the TCP connection and the login.
+const dialTimeout = 5 * time.Second
+
+// errDial marks a failed dial that is not a refusal (connect judged it).
+var errDial = errors.New("amqp: dial")
 
 // prepare decodes d and finds its key.
 func (w *Worker[V, T]) prepare(d amqp091.Delivery) (V, consumer.Key, error) {
@@ -253,7 +330,15 @@ type publisher struct {
 	ch      *amqp091.Channel
 	returns chan amqp091.Return
 	closed  chan *amqp091.Error
+	sealed  atomic.Bool // the shutdown grace ran out: nothing more is sent
 }
+
+// errSealed: a copy not sent because the shutdown grace ran out; its original
+// returns to the queue.
+var errSealed = errors.New("amqp: shutting down: copy not sent")
+
+// seal stops sending: a publish that has not sent its copy yet returns errSealed.
+func (p *publisher) seal() { p.sealed.Store(true) }
 
 // publish copies d to queue (through the default exchange) with extra headers and
 // waits for the broker's confirm; an unroutable message is an error. With
@@ -294,12 +379,19 @@ func (p *publisher) publish(ctx context.Context, queue string, d amqp091.Deliver
 	return true, p.send(ctx, queue, msg)
 }
 
+// send publishes msg and waits for its confirm, unless the publisher is sealed. A
+// copy once sent is waited for whatever ctx does (up to confirmTimeout): its
+// original is acked only after it, and must not be put back beside it.
 func (p *publisher) send(ctx context.Context, queue string, msg amqp091.Publishing) error {
+	if p.sealed.Load() {
+		return errSealed
+	}
+	ctx = context.WithoutCancel(ctx)
 	conf, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, "", queue, true, false, msg)
 	if err != nil {
 		return fmt.Errorf("amqp: republish to %q: %w", queue, err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	wctx, cancel := context.WithTimeout(ctx, confirmTimeout)
 	defer cancel()
 	var acked bool
 	select {
@@ -335,6 +427,9 @@ func (p *publisher) reopen() error {
 	p.ch, p.returns, p.closed = ch, ch.NotifyReturn(make(chan amqp091.Return, 1)), ch.NotifyClose(make(chan *amqp091.Error, 1))
 	return nil
 }
+
+// confirmTimeout bounds the wait for the broker's confirm of a copy.
+const confirmTimeout = 30 * time.Second
 
 // maxHeaderTable is the largest header table a dead-letter copy keeps whole: half
 // of RabbitMQ's default frame_max (128 KiB), leaving room for the frame's other
