@@ -169,7 +169,7 @@ func (m *MemoryStore) snapshot(key Key, now int64) (Record, []OperatorNote) {
 		rec.Result = append([]byte(nil), r.result...)
 	}
 	rec.Error, rec.History = r.lastError(), append([]AttemptError(nil), r.history...)
-	rec.Permanent, rec.Locked = r.state == "failed" && r.permanent, r.locked
+	rec.Permanent, rec.Locked, rec.Counted = r.state == "failed" && r.permanent, r.locked, r.state == "started" && r.counted
 	rec.Created, rec.Updated = created(r.created), created(r.updated)
 	rec.TTL = time.Duration(r.expires-now) * time.Millisecond
 	if r.state == "started" {

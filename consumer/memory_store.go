@@ -34,6 +34,7 @@ type memRecord struct {
 	notes     []OperatorNote // operators' notes, newest first; every transition keeps them
 	permanent bool
 	locked    bool // the current claim was made under the key's lock
+	counted   bool // the current claim is an attempt (Claim.Start, or marked since)
 	created   int64
 	updated   int64
 	expires   int64 // ms
@@ -108,15 +109,18 @@ func (r *memRecord) lastError() string {
 }
 
 // claim makes r the started record of c's new attempt. A record without a
-// fingerprint takes the claim's.
-func (r *memRecord) claim(c Claim, now, lease, ret int64) {
-	r.state, r.owner, r.locked = "started", c.Owner, c.Locked
+// fingerprint takes the claim's. charge says the claim is the next attempt; a
+// takeover of a claim that was never counted keeps the attempt number it had.
+func (r *memRecord) claim(c Claim, now, lease, ret int64, charge bool) {
+	r.state, r.owner, r.locked, r.counted = "started", c.Owner, c.Locked, c.Start
 	if r.fp.IsZero() {
 		r.fp = c.Fingerprint
 	}
 	r.lease, r.updated, r.expires = now+lease, now, now+lease+ret
 	r.fence++
-	r.attempts++
+	if charge {
+		r.attempts++
+	}
 }
 
 // exhaust fails r for good: its attempts are used up.
@@ -150,7 +154,7 @@ func (m *MemoryStore) Begin(ctx context.Context, claims []Claim) []ClaimReply {
 		if r == nil {
 			r = &memRecord{fp: c.Fingerprint, created: now}
 			m.records[c.Key] = r
-			r.claim(c, now, lease, ret)
+			r.claim(c, now, lease, ret, true)
 			out[i] = ClaimReply{Status: StatusAcquired, Fence: 1, Attempts: 1, Lease: m.s.Lease, Created: created(now),
 				Fingerprint: r.fp}
 			continue
@@ -165,23 +169,26 @@ func (m *MemoryStore) Begin(ctx context.Context, claims []Claim) []ClaimReply {
 			rep.Status, rep.Message, rep.Permanent = StatusFailed, r.lastError(), r.permanent
 		case r.state == "forgotten": // an operator removed it: claimed afresh, its fence kept rising
 			r.attempts, r.created, r.history, r.fp = 0, now, nil, Fingerprint{}
-			r.claim(c, now, lease, ret)
+			r.claim(c, now, lease, ret, true)
 			rep.Status, rep.Fence, rep.Attempts, rep.Lease, rep.Created = StatusAcquired, r.fence, r.attempts, m.s.Lease, created(now)
 		case r.state == "retry" && r.attempts >= m.s.MaxAttempts:
 			r.exhaust(now, ret, "")
 			rep.Status, rep.Message = StatusExhausted, r.lastError()
 		case r.state == "retry":
-			r.claim(c, now, lease, ret)
+			r.claim(c, now, lease, ret, true)
 			rep.Status, rep.Fence, rep.Attempts, rep.Lease = StatusAcquired, r.fence, r.attempts, m.s.Lease
 		case r.owner == c.Owner: // started: the caller's own claim, asked again
+			if c.Start && !r.counted {
+				r.counted, r.updated = true, now
+			}
 			rep.Status, rep.Lease = StatusAcquired, time.Duration(max(r.lease-now, 0))*time.Millisecond
 		case r.lease > now && !(c.Locked && r.locked): // started, live
 			rep.Status, rep.Lease = StatusInProgress, time.Duration(r.lease-now)*time.Millisecond
-		case r.attempts >= m.s.MaxAttempts: // started, expired on the last attempt
+		case r.counted && r.attempts >= m.s.MaxAttempts: // started, expired on the last attempt
 			r.exhaust(now, ret, "lease expired during the last allowed attempt")
 			rep.Status, rep.Message = StatusExhausted, r.lastError()
 		default: // started, expired (or its lock holder is gone): take over
-			r.claim(c, now, lease, ret)
+			r.claim(c, now, lease, ret, r.counted)
 			rep.Status, rep.Fence, rep.Attempts, rep.Lease = StatusTakenOver, r.fence, r.attempts, m.s.Lease
 		}
 		if rep.Claimed() {
@@ -330,7 +337,7 @@ func (m *MemoryStore) Peek(ctx context.Context, key Key) (Record, error) {
 		rec.Result = append([]byte(nil), r.result...)
 	}
 	rec.Error, rec.History = r.lastError(), append([]AttemptError(nil), r.history...)
-	rec.Permanent, rec.Locked = r.state == "failed" && r.permanent, r.locked
+	rec.Permanent, rec.Locked, rec.Counted = r.state == "failed" && r.permanent, r.locked, r.state == "started" && r.counted
 	rec.Created, rec.Updated = created(r.created), created(r.updated)
 	rec.TTL = time.Duration(r.expires-now) * time.Millisecond
 	if r.state == "started" {

@@ -45,6 +45,15 @@ type Claim struct {
 	// lock. A record claimed without the lock is never taken over before its lease
 	// runs out, since its owner may be alive and renewing.
 	Locked bool
+	// Start says the claim's handler starts now: the attempt counts from here. A
+	// claim made ahead of its handler (Start false) is not an attempt yet: when its
+	// owner dies before the handler ran, or while the first handler of a fresh claim
+	// ran, the next claim takes the record over without charging an attempt, and
+	// answers StatusTakenOver. A claim sent with Start by the owner that holds the
+	// record marks that claim counted (the engine does so right before it runs the
+	// handler of a claim it took over), so that a message that kills its worker
+	// every time still uses its attempts up.
+	Start bool
 }
 
 // ClaimStatus is what Begin found at a key.
@@ -53,7 +62,7 @@ type ClaimStatus int
 // Claim statuses: what a claim found at the key.
 const (
 	StatusAcquired   ClaimStatus = iota + 1 // claimed: no record, a retry record, or the caller's own claim
-	StatusTakenOver                         // claimed: the previous owner's lease had expired
+	StatusTakenOver                         // claimed: the previous owner's lease had expired (or it lost the key's lock)
 	StatusInProgress                        // another owner holds a live lease
 	StatusCompleted                         // done: Result holds the stored result
 	StatusFailed                            // failed for good: Message holds the stored error
@@ -165,6 +174,8 @@ type Record struct {
 	History     []AttemptError // the last attempts' errors, newest first
 	Permanent   bool
 	Locked      bool // the current claim was made under the key's distributed lock
+	// Counted: the current claim (state started) is an attempt: a takeover charges it.
+	Counted bool
 	Created     time.Time
 	Updated     time.Time
 	Now         time.Time     // the store's clock at the read

@@ -44,9 +44,11 @@ func Agree(t *testing.T, newStore Factory) {
 			var a, b string
 			switch op := rnd.IntN(7); op {
 			case 0, 1, 6:
-				cl := []consumer.Claim{{Key: k, Owner: o, Fingerprint: fps[rnd.IntN(3)], Locked: rnd.IntN(4) == 0}}
+				cl := []consumer.Claim{{Key: k, Owner: o, Fingerprint: fps[rnd.IntN(3)], Locked: rnd.IntN(4) == 0,
+					Start: rnd.IntN(2) == 0}}
 				if op == 6 { // a batch of two claims by one owner, perhaps of one key
-					cl = append(cl, consumer.Claim{Key: keys[rnd.IntN(len(keys))], Owner: o, Fingerprint: fps[rnd.IntN(3)]})
+					cl = append(cl, consumer.Claim{Key: keys[rnd.IntN(len(keys))], Owner: o, Fingerprint: fps[rnd.IntN(3)],
+						Start: rnd.IntN(2) == 0})
 				}
 				x, y := mem.Begin(ctx, cl), other.Begin(ctx, cl)
 				for i := range cl {
@@ -115,6 +117,6 @@ func describe(r consumer.Record) string {
 	for _, h := range r.History {
 		hist = append(hist, h.Message)
 	}
-	return fmt.Sprintf("%s owner=%q f%d a%d fp=%s result=%q dropped=%q err=%q hist=%q perm=%v locked=%v",
-		r.State, r.Owner, r.Fence, r.Attempts, r.Fingerprint, r.Result, r.Dropped, r.Error, hist, r.Permanent, r.Locked)
+	return fmt.Sprintf("%s owner=%q f%d a%d fp=%s result=%q dropped=%q err=%q hist=%q perm=%v locked=%v counted=%v",
+		r.State, r.Owner, r.Fence, r.Attempts, r.Fingerprint, r.Result, r.Dropped, r.Error, hist, r.Permanent, r.Locked, r.Counted)
 }

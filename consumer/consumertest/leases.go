@@ -22,7 +22,7 @@ func testTakeover(t *testing.T, f Factory) {
 	s := must(t, f, consumer.WithLease(lease))
 	ctx := context.Background()
 	k := key("takeover")
-	a := s.Begin(ctx, []consumer.Claim{{Key: k, Owner: "owner-a"}})[0]
+	a := s.Begin(ctx, []consumer.Claim{{Key: k, Owner: "owner-a", Start: true}})[0]
 	if a.Status != consumer.StatusAcquired || a.Fence != 1 || a.Attempts != 1 {
 		t.Fatalf("A's claim = %+v", a)
 	}
@@ -71,7 +71,7 @@ func testTakeoverExhausts(t *testing.T, f Factory) {
 	ctx := context.Background()
 	k := key("crashloop")
 	for i, want := range []consumer.ClaimStatus{consumer.StatusAcquired, consumer.StatusTakenOver, consumer.StatusExhausted} {
-		rep := s.Begin(ctx, []consumer.Claim{{Key: k, Owner: fmt.Sprint("crasher-", i)}})[0]
+		rep := s.Begin(ctx, []consumer.Claim{{Key: k, Owner: fmt.Sprint("crasher-", i), Start: true}})[0]
 		if rep.Err != nil || rep.Status != want {
 			t.Fatalf("claim %d = %+v, want %v", i, rep, want)
 		}
@@ -243,8 +243,9 @@ func testSilentTakeover(t *testing.T, f Factory) {
 		return "b", nil
 	})
 	expect(t, b, consumer.Success, nil)
-	if b.Fence != 2 || b.Attempt != 2 {
-		t.Fatalf("takeover fence/attempt = %d/%d, want 2/2", b.Fence, b.Attempt)
+	// A's claim was fresh and never settled: its run is not charged to B.
+	if b.Fence != 2 || b.Attempt != 1 {
+		t.Fatalf("takeover fence/attempt = %d/%d, want 2/1", b.Fence, b.Attempt)
 	}
 	close(aGo)
 	a := <-aDone
@@ -364,7 +365,7 @@ func testLockedClaims(t *testing.T, f Factory) {
 	s := must(t, f, consumer.WithLease(time.Minute))
 	ctx := context.Background()
 	under, plain := key("locked", "under"), key("locked", "plain")
-	a := s.Begin(ctx, []consumer.Claim{{Key: under, Owner: "a", Locked: true}, {Key: plain, Owner: "p"}})
+	a := s.Begin(ctx, []consumer.Claim{{Key: under, Owner: "a", Locked: true, Start: true}, {Key: plain, Owner: "p", Start: true}})
 	if !a[0].Claimed() || !a[1].Claimed() {
 		t.Fatalf("claims = %+v", a)
 	}
