@@ -44,6 +44,7 @@ type Settings struct {
 	Logger         *slog.Logger
 	Locker         Locker
 	Observers      []Observer
+	Completions    CompletionLookup
 
 	hooks *hooks // Observers sorted by hook interface
 }
