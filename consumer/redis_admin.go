@@ -200,6 +200,7 @@ func adminRecord(scope string, key Key, rec lua.Record) AdminRecord {
 	o.State, o.Owner, o.Fence, o.Attempts = f.StateName(), f.Owner, f.Fence, f.Attempts
 	o.Fingerprint, o.LeaseUntil, o.Retention = f.Fingerprint, rec.LeaseUntil, f.Retention
 	o.Locked, o.Created, o.Updated = f.Flags&lua.FlagLocked != 0, f.Created, f.Updated
+	o.Counted = f.State == lua.StateStarted && f.Flags&lua.FlagCounted != 0
 	o.Permanent = f.State == lua.StateFailed && f.Flags&lua.FlagPermanent != 0
 	switch {
 	case f.State != lua.StateCompleted:

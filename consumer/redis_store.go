@@ -109,7 +109,7 @@ func (b *beginBatch) Len() int { return len(b.claims) }
 
 func (b *beginBatch) Item(i int) lua.BeginItem {
 	c := &b.claims[i]
-	it := lua.BeginItem{Key: b.out[i].Ref, Owner: c.Owner, Locked: c.Locked}
+	it := lua.BeginItem{Key: b.out[i].Ref, Owner: c.Owner, Locked: c.Locked, Start: c.Start}
 	if !c.Fingerprint.IsZero() {
 		it.Fingerprint = (*[16]byte)(&c.Fingerprint)
 	}
@@ -307,6 +307,7 @@ func (r *RedisStore) Peek(ctx context.Context, key Key) (Record, error) {
 	out.State, out.Owner, out.Fence, out.Attempts = f.StateName(), f.Owner, f.Fence, f.Attempts
 	out.Fingerprint, out.LeaseUntil, out.Retention = f.Fingerprint, rec.LeaseUntil, f.Retention
 	out.Locked, out.Created, out.Updated = f.Flags&lua.FlagLocked != 0, f.Created, f.Updated
+	out.Counted = f.State == lua.StateStarted && f.Flags&lua.FlagCounted != 0
 	out.Permanent = f.State == lua.StateFailed && f.Flags&lua.FlagPermanent != 0
 	switch {
 	case f.State != lua.StateCompleted:

@@ -9,6 +9,10 @@
 --          that key would write (the caller's owner token, fingerprint, lock flag
 --          and retention are read from it)
 --
+-- A claim's record carries flag 64 (counted) when its handler starts with the
+-- claim (Claim.Start); the owner's own claim sent again with it sets the flag. A
+-- takeover charges an attempt only for a counted claim.
+--
 -- A fresh key is claimed with SET NX PX lease+retention. An existing one is read
 -- and moved on as the state machine says. A claim by the owner token that already
 -- holds the record (a call sent again after a lost reply) answers with that same
@@ -60,6 +64,9 @@ local function started(r, cand, fence, attempts)
   end
   if r.notes then
     flags = flags + 32
+  end
+  if has(c.flags, 64) then
+    flags = flags + 64
   end
   return header(1, flags, fence, attempts, r.created, now) .. (fp or '') .. (r.notes or '') ..
     string.char(#c.owner) .. c.owner .. string.sub(cand, -6) .. (r.hist or '')
@@ -127,11 +134,21 @@ for _, key in ipairs(KEYS) do
           row(1, r.fence + 1, r.attempts + 1, lease, created, r.fp or c.fp or '')
         end
       elseif r.owner == c.owner then
+        if has(c.flags, 64) and not has(r.flags, 64) then
+          -- the owner's handler starts now: the claim counts from here
+          redis.call('SET', key, string.sub(v, 1, 1) .. string.char(r.flags + 64) .. string.sub(v, 3), 'KEEPTTL')
+        end
         row(1, r.fence, r.attempts, math.max(redis.call('PTTL', key) - r.ret, 0), created, r.fp or '')
       else
         local left = redis.call('PTTL', key) - r.ret
         if left > 0 and not (has(c.flags, 1) and has(r.flags, 1)) then
           row(3, r.fence, r.attempts, left, created)
+        elseif not has(r.flags, 64) then
+          -- The claim was never counted (its owner died before the handler
+          -- started, or while the first handler of a fresh claim ran): taken
+          -- over without charging an attempt.
+          redis.call('SET', key, started(r, cand, r.fence + 1, r.attempts), 'PX', lease + ret)
+          row(2, r.fence + 1, r.attempts, lease, created, r.fp or c.fp or '')
         elseif r.attempts >= maxAttempts then
           -- The last allowed attempt died holding the lease: a message that
           -- crashes its worker every time must not be taken over forever.

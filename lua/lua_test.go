@@ -111,7 +111,7 @@ func TestForeignValues(t *testing.T) {
 		{"another layout", "\x21" + strings.Repeat("\x00", 20)},
 		{"unknown state", "\x19" + strings.Repeat("\x00", 20)},
 		{"cut in the fingerprint", string(whole[:20])},
-		{"started cut in its owner", string(lua.AppendStarted(nil, "worker-7", nil, false, time.Minute, now)[:18])},
+		{"started cut in its owner", string(lua.AppendStarted(nil, "worker-7", nil, false, false, time.Minute, now)[:18])},
 		{"cut in its operator notes", "\x12\x20" + strings.Repeat("\x00", 14) + "\x02\x00\x00\x00\x00\x00\x05ab"},
 	}
 	args := lua.BeginArgs{Lease: time.Second, Retention: time.Minute, MaxAttempts: 3, Now: now}

@@ -54,6 +54,8 @@ type BeginItem struct {
 	// as made under the lock, and a started record claimed under the lock is taken
 	// over even while its lease is live (its holder lost the lock).
 	Locked bool
+	// Start says the claim's handler starts now: the claim is counted (FlagCounted).
+	Start bool
 }
 
 // BeginReply is the begin script's answer for one record.
@@ -136,7 +138,7 @@ func (r *Runner) Begin(ctx context.Context, a BeginArgs, b BeginBatch) {
 			it := b.Item(i)
 			keys[j] = it.Key
 			blob = binary.BigEndian.AppendUint16(blob, uint16(startedLen(it.Fingerprint != nil, it.Owner)))
-			blob = AppendStarted(blob, it.Owner, it.Fingerprint, it.Locked, a.Retention, a.Now)
+			blob = AppendStarted(blob, it.Owner, it.Fingerprint, it.Locked, it.Start, a.Retention, a.Now)
 		}
 		calls[gi] = call{script: BeginScript, keys: keys,
 			args: []any{a.Lease.Milliseconds(), a.Retention.Milliseconds(), a.MaxAttempts, a.Now, blob}}
@@ -166,7 +168,7 @@ func (r *Runner) claimFresh(ctx context.Context, a BeginArgs, b BeginBatch, size
 	var rec []byte
 	for i := 0; i < n; i++ {
 		it := b.Item(i)
-		rec = AppendStarted(rec[:0], it.Owner, it.Fingerprint, it.Locked, a.Retention, a.Now)
+		rec = AppendStarted(rec[:0], it.Owner, it.Fingerprint, it.Locked, it.Start, a.Retention, a.Now)
 		sb.Write(rec)
 		ends[i] = sb.Len()
 	}

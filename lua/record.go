@@ -14,7 +14,8 @@ import (
 //	             5 forgotten: an operator removed the record, and it keeps only its fence,
 //	             its operator notes and its error history)
 //	1      1     flags: 1 claimed under the key's lock, 2 permanent failure, 4 result dropped,
-//	             8 fingerprint present, 16 error history present, 32 operator notes present
+//	             8 fingerprint present, 16 error history present, 32 operator notes present,
+//	             64 counted (started: the claim is an attempt; a takeover charges it)
 //	2      4     fence
 //	6      2     attempts
 //	8      4     created, unix seconds (the writing worker's clock; informational)
@@ -81,6 +82,7 @@ const (
 	FlagFP        = 8
 	FlagHistory   = 16
 	FlagNotes     = 32
+	FlagCounted   = 64
 )
 
 var stateNames = [...]string{"", "started", "completed", "failed", "retry", "forgotten"}
@@ -235,11 +237,15 @@ func startedLen(fp bool, owner string) int {
 	return n
 }
 
-// AppendStarted appends the value of a fresh claim: started, fence 1, attempt 1.
-func AppendStarted(b []byte, owner string, fp *[16]byte, locked bool, retention time.Duration, now int64) []byte {
+// AppendStarted appends the value of a fresh claim: started, fence 1, attempt 1;
+// counted when its handler starts with it.
+func AppendStarted(b []byte, owner string, fp *[16]byte, locked, counted bool, retention time.Duration, now int64) []byte {
 	var flags byte
 	if locked {
 		flags |= FlagLocked
+	}
+	if counted {
+		flags |= FlagCounted
 	}
 	if fp != nil {
 		flags |= FlagFP

@@ -13,7 +13,7 @@ import (
 func TestRecordLayout(t *testing.T) {
 	now := time.Now().Unix()
 	fp := [16]byte{9, 8, 7}
-	st, err := lua.Decode(lua.AppendStarted(nil, "owner-1", &fp, true, 90*time.Minute, now))
+	st, err := lua.Decode(lua.AppendStarted(nil, "owner-1", &fp, true, false, 90*time.Minute, now))
 	if err != nil || st.State != lua.StateStarted || st.Fence != 1 || st.Attempts != 1 || st.Owner != "owner-1" ||
 		st.Retention != 90*time.Minute || st.Fingerprint != fp || st.Flags&lua.FlagLocked == 0 || st.Created.Unix() != now {
 		t.Fatalf("started: %+v %v", st, err)
@@ -59,7 +59,7 @@ func TestCapError(t *testing.T) {
 // Decode never panics, whatever the bytes.
 func FuzzDecode(f *testing.F) {
 	now := time.Now().Unix()
-	f.Add(lua.AppendStarted(nil, "o", &[16]byte{1}, false, time.Hour, now))
+	f.Add(lua.AppendStarted(nil, "o", &[16]byte{1}, false, true, time.Hour, now))
 	f.Add(lua.AppendCompleted(nil, 2, 1, nil, now, now, []byte("r"), ""))
 	f.Add([]byte("\x12\x20\x00\x00\x00\x01\x00\x01\x00\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00\x00\x00\x02hir"))
 	f.Add([]byte("\x13\x10\x00\x00\x00\x01\x00\x01\x00\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00\x00\x00\x02hi"))
