@@ -36,6 +36,7 @@ type attempts[T any] struct {
 	values  []T
 	herrs   []error
 	started []bool
+	marks   []Claim // a taken-over claim to mark counted before its handler starts; zero otherwise
 	failed  atomic.Bool
 	hb      *keeper
 }
@@ -60,6 +61,11 @@ func (a *attempts[T]) add(ctx context.Context, i int, c Claim, rep ClaimReply, s
 	a.ctxs = append(a.ctxs, itemCtx{Context: hctx, info: Info{Key: it.Key, Scope: a.s.Scope, Attempt: rep.Attempts, Fence: rep.Fence}})
 	a.leases = append(a.leases, lease{cancel: cancel})
 	a.grants = append(a.grants, rep.Lease)
+	var mark Claim
+	if rep.Status == StatusTakenOver {
+		mark = c
+	}
+	a.marks = append(a.marks, mark)
 	a.sent = sent
 	a.out[i] = Result[T]{Key: it.Key, Attempt: rep.Attempts, Fence: rep.Fence}
 }
@@ -132,6 +138,12 @@ func (a *attempts[T]) one(ctx context.Context, k int) {
 	case a.ctxs[k].Err() != nil:
 		return // the lease ran out before its turn came: released likewise
 	}
+	if m := a.marks[k]; m.Owner != "" {
+		if err := markStart(ctx, a.store, a.s, m, a.sts[k].Fence); err != nil {
+			a.leases[k].cancel(err) // not started: released, not counted
+			return
+		}
+	}
 	a.started[k] = true
 	var hctx context.Context = &a.ctxs[k]
 	if a.s.watchHandlers() {
@@ -200,6 +212,8 @@ func (a *attempts[T]) settle(ctx context.Context, ks []int) {
 				r.Err = fmt.Errorf("%w: %w", ErrNotRun, cause)
 			case lost != nil:
 				r.Err = fmt.Errorf("%w: %w", ErrNotRun, lost)
+			case context.Cause(a.ctxs[k].Context) != nil:
+				r.Err = fmt.Errorf("%w: %w", ErrNotRun, context.Cause(a.ctxs[k].Context))
 			default:
 				r.Err = fmt.Errorf("%w: an earlier item of the batch was not settled", ErrNotRun)
 			}
@@ -213,6 +227,11 @@ func (a *attempts[T]) settle(ctx context.Context, ks []int) {
 			// Cut short by the loss of its lease: not counted as an attempt.
 			released = append(released, k)
 			r.Outcome, r.Err = Error, lost
+		case herr != nil && ctx.Err() != nil:
+			// Cut short by the caller's cancellation (an adapter's shutdown or
+			// revocation): not counted as an attempt.
+			released = append(released, k)
+			r.Outcome, r.Err = Error, interrupted(context.Cause(ctx), herr)
 		default:
 			a.sts[k].Late = !a.hb.live(&a.leases[k])
 			r.ResultDropped = fillSettlement(a.s, &a.sts[k], a.values[k], herr)

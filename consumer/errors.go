@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"context"
 	"errors"
 	"fmt"
 )
@@ -36,6 +37,11 @@ var (
 	// stopped after an earlier failure); its claim was released and the attempt not
 	// counted. Retryable.
 	ErrNotRun = errors.New("consumer: not run")
+	// ErrInterrupted: the handler started and was cut short by a cancellation it
+	// did not make: the caller's context ended (an adapter's shutdown, a Kafka
+	// revocation or partition loss) or the pipeline stopped. Its claim was released
+	// and the attempt not counted. Retryable.
+	ErrInterrupted = errors.New("consumer: interrupted")
 	// ErrHandlerPanic: the handler panicked; the panic was recovered and counted as a
 	// retryable failure.
 	ErrHandlerPanic = errors.New("consumer: handler panicked")
@@ -46,6 +52,29 @@ var (
 	// applied, with the result stored then (see AlreadyApplied).
 	ErrAlreadyApplied = errors.New("consumer: already applied")
 )
+
+// NotAnAttempt reports whether an Error result's err leaves the key's attempts as
+// they were: the handler did not run (ErrNotRun), gave its claim back
+// (ErrAbandoned), was cut short by a cancellation the library or the caller made
+// (ErrInterrupted, ErrLeaseLost), or the store could not be reached
+// (ErrStoreUnavailable). Adapters that count deliveries themselves (a retry
+// header) count only the others.
+func NotAnAttempt(err error) bool {
+	for _, free := range []error{ErrNotRun, ErrAbandoned, ErrInterrupted, ErrLeaseLost, ErrStoreUnavailable} {
+		if errors.Is(err, free) {
+			return true
+		}
+	}
+	return false
+}
+
+// interrupted is the error of a handler cut short by cause, which returned herr.
+func interrupted(cause, herr error) error {
+	if cause == nil {
+		cause = context.Canceled
+	}
+	return fmt.Errorf("%w: %w (the handler returned: %v)", ErrInterrupted, cause, herr)
+}
 
 // AlreadyApplied is what a handler returns, with the result it finds stored, when
 // its effect was already applied by an earlier attempt whose completion never

@@ -36,7 +36,7 @@ const (
 //	outcome  success duplicate in_progress error
 //	action   settle wait retry dead_letter reject
 //	kind     none permanent conflict exhausted lease_lost store_unavailable
-//	         corrupt undecodable invalid_key no_key not_run abandoned panic
+//	         corrupt undecodable invalid_key no_key not_run abandoned interrupted panic
 //	         config handler unknown
 //	answer   claimed duplicate in_progress conflict error
 //	op       claim settle renew
@@ -70,7 +70,7 @@ func LabelValues() map[string][]string {
 		"outcome": {"success", "duplicate", "in_progress", "error"},
 		"action":  {"settle", "wait", "retry", labelDeadLetter, labelReject},
 		"kind": {labelNone, KindPermanent, KindConflict, KindExhausted, KindLeaseLost, KindStoreUnavailable,
-			KindCorrupt, KindUndecodable, KindInvalidKey, KindNoKey, KindNotRun, KindAbandoned, KindPanic,
+			KindCorrupt, KindUndecodable, KindInvalidKey, KindNoKey, KindNotRun, KindAbandoned, KindInterrupted, KindPanic,
 			KindConfig, KindHandler, labelUnknown},
 		"answer": {"claimed", "duplicate", "in_progress", "conflict", "error"},
 		"op":     {"claim", "settle", "renew"},
@@ -120,7 +120,7 @@ func KindLabel(kind string) string {
 	k := strings.ToLower(kind)
 	switch k {
 	case KindPermanent, KindConflict, KindExhausted, KindLeaseLost, KindStoreUnavailable, KindCorrupt,
-		KindUndecodable, KindInvalidKey, KindNoKey, KindNotRun, KindAbandoned, KindPanic, KindConfig, KindHandler:
+		KindUndecodable, KindInvalidKey, KindNoKey, KindNotRun, KindAbandoned, KindInterrupted, KindPanic, KindConfig, KindHandler:
 		return k
 	}
 	return labelUnknown

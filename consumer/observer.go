@@ -224,6 +224,7 @@ const (
 	KindInvalidKey       = "invalid_key"
 	KindNotRun           = "not_run"
 	KindAbandoned        = "abandoned"
+	KindInterrupted      = "interrupted"
 	KindPanic            = "panic"
 	KindConfig           = "config"
 	KindHandler          = "handler" // any other handler error
@@ -258,6 +259,8 @@ func ErrorKind(err error) string {
 		return KindNotRun
 	case errors.Is(err, ErrAbandoned):
 		return KindAbandoned
+	case errors.Is(err, ErrInterrupted):
+		return KindInterrupted
 	case errors.Is(err, ErrHandlerPanic):
 		return KindPanic
 	case errors.Is(err, ErrInvalidConfig), errors.Is(err, ErrNilHandler):

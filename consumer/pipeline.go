@@ -44,6 +44,8 @@ type Pipeline[T any] struct {
 	abandoned bool          // Shutdown's wait ran out: nothing more starts, running handlers are cancelled
 	wake      chan struct{} // a claim or a settlement may be due
 	quit      chan struct{}
+	stopOnce  sync.Once
+	done      chan struct{} // closed once every message is answered and every goroutine has ended
 	loops     sync.WaitGroup
 	items     sync.WaitGroup // messages accepted and not yet settled
 }
@@ -75,6 +77,7 @@ type pitem[T any] struct {
 	sent      time.Time   // when its claim call was sent
 	unguarded error       // the store's error, when WithFailOpen runs it without a claim
 	tries     int         // settlements sent
+	mark      Claim       // a taken-over claim to mark counted before its handler starts; zero otherwise
 	next      []*pitem[T] // messages of the same key waiting for this one
 }
 
@@ -154,7 +157,7 @@ func NewPipeline[T any](ctx context.Context, store Store, opts ...PipelineOption
 		slots: make(chan struct{}, cfg.window), runq: make(chan *pitem[T], cfg.window),
 		claimCalls: make(chan struct{}, cfg.calls), settleCalls: make(chan struct{}, cfg.calls),
 		inflight: make(map[Key]*pitem[T]),
-		wake:     make(chan struct{}, 1), quit: make(chan struct{}),
+		wake:     make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{}),
 	}
 	p.loops.Add(1)
 	go p.loop(context.WithoutCancel(ctx))
@@ -314,6 +317,9 @@ func (p *Pipeline[T]) claim(ctx context.Context, batch []*pitem[T]) {
 			it.lease = lease{claim: &it.claim, cancel: hcancel}
 			p.mu.Unlock()
 			it.result = Result[T]{Key: it.Key, Attempt: rep.Attempts, Fence: rep.Fence}
+			if rep.Status == StatusTakenOver {
+				it.mark = claims[i]
+			}
 			p.keep.add(&it.lease, sent, rep.Lease)
 			p.runq <- it // never blocks: the window bounds what is claimed
 			p.addWorker()
@@ -350,6 +356,11 @@ func (p *Pipeline[T]) run(it *pitem[T]) {
 	if it.unguarded != nil {
 		p.runUnguarded(it, it.unguarded)
 		return
+	}
+	if it.mark.Owner != "" && it.hctx.Err() == nil && !p.isAbandoned() {
+		if err := markStart(it.ctx, p.store, p.s, it.mark, it.claim.Fence); err != nil {
+			it.lease.cancel(err) // not started: released, not counted
+		}
 	}
 	if it.hctx.Err() == nil && !p.isAbandoned() {
 		it.started = true
@@ -437,29 +448,40 @@ func (p *Pipeline[T]) isAbandoned() bool {
 // settle; then the handlers still running see their contexts cancelled and their
 // claims are released once they return (the attempt not counted). It returns when
 // every message has been answered and the pipeline's goroutines have ended, or
-// ctx's error if the handlers have not returned by then (the pipeline then goes on
-// stopping in the background).
+// ctx's error if the handlers have not returned a call timeout after ctx ended:
+// the pipeline then goes on stopping in the background, and every goroutine ends
+// once the last handler returns. Shutdown may be called more than once, also
+// concurrently; each call waits as the first does.
 func (p *Pipeline[T]) Shutdown(ctx context.Context) error {
-	p.mu.Lock()
-	p.stopped = true
-	p.mu.Unlock()
-	drained := make(chan struct{})
-	go func() { p.items.Wait(); close(drained) }()
+	p.stopOnce.Do(func() {
+		p.mu.Lock()
+		p.stopped = true
+		p.mu.Unlock()
+		go p.stop()
+	})
 	select {
-	case <-drained:
+	case <-p.done:
+		return nil
 	case <-ctx.Done():
-		p.abandon()
-		select {
-		case <-drained:
-		case <-time.After(p.s.CallTimeout + time.Second):
-			return fmt.Errorf("consumer: pipeline shutdown: handlers still running: %w", ctx.Err())
-		}
 	}
+	p.abandon()
+	select {
+	case <-p.done:
+		return nil
+	case <-time.After(p.s.CallTimeout + time.Second):
+		return fmt.Errorf("consumer: pipeline shutdown: handlers still running: %w", ctx.Err())
+	}
+}
+
+// stop waits for every message to be answered, then ends the pipeline's
+// goroutines and its lease keeper, and closes done.
+func (p *Pipeline[T]) stop() {
+	p.items.Wait()
 	close(p.quit)
 	close(p.runq) // every message is answered: nothing more is claimed
 	p.loops.Wait()
 	p.keep.stop()
-	return nil
+	close(p.done)
 }
 
 // abandon gives up on what has not started (shutdown): waiting messages are

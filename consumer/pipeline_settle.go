@@ -24,6 +24,8 @@ func (p *Pipeline[T]) settle(ctx context.Context, batch []*pitem[T]) {
 			switch {
 			case lost != nil:
 				why = lost
+			case it.hctx.Context != nil && context.Cause(it.hctx.Context) != nil && it.ctx.Err() == nil:
+				why = context.Cause(it.hctx.Context)
 			case it.ctx.Err() != nil:
 				why = context.Cause(it.ctx)
 			}
@@ -38,9 +40,14 @@ func (p *Pipeline[T]) settle(ctx context.Context, batch []*pitem[T]) {
 		case it.herr != nil && lost != nil: // cut short by the loss of its lease: not counted
 			r.Outcome, r.Err = Error, lost
 			released = append(released, it)
-		case it.herr != nil && p.isAbandoned(): // stopped by Shutdown: not counted
-			*r = notRun[T](it.Key, ErrPipelineStopped)
-			r.Attempt, r.Fence = it.claim.Attempts, it.claim.Fence
+		case it.herr != nil && (p.isAbandoned() || it.ctx.Err() != nil):
+			// cut short by Shutdown or by the caller's cancellation (an adapter's
+			// shutdown, revocation or partition loss): not counted
+			cause := error(ErrPipelineStopped)
+			if it.ctx.Err() != nil {
+				cause = context.Cause(it.ctx)
+			}
+			r.Outcome, r.Err = Error, interrupted(cause, it.herr)
 			released = append(released, it)
 		default:
 			if it.tries == 0 {

@@ -255,10 +255,13 @@ func TestPipelineShutdown(t *testing.T) {
 				t.Fatal(err)
 			}
 			var ran atomic.Int32
+			var begun sync.Map // keys whose handler started
 			res := newResults[int]()
 			started := make(chan struct{}, 2)
 			for i := 0; i < 6; i++ {
-				if err := p.Submit(ctx, res.item(consumer.Key(fmt.Sprint("slow-", i)), func(hctx context.Context) (int, error) {
+				k := consumer.Key(fmt.Sprint("slow-", i))
+				if err := p.Submit(ctx, res.item(k, func(hctx context.Context) (int, error) {
+					begun.Store(k, true)
 					ran.Add(1)
 					started <- struct{}{}
 					<-hctx.Done()
@@ -284,8 +287,12 @@ func TestPipelineShutdown(t *testing.T) {
 			for i := 0; i < 6; i++ {
 				k := consumer.Key(fmt.Sprint("slow-", i))
 				rs := res.got[k]
-				if len(rs) != 1 || !errors.Is(rs[0].Err, consumer.ErrNotRun) || !rs[0].Retryable() {
-					t.Fatalf("%s: %+v, want one ErrNotRun", k, rs)
+				want := consumer.ErrNotRun
+				if _, ok := begun.Load(k); ok {
+					want = consumer.ErrInterrupted // started, cut short by the shutdown
+				}
+				if len(rs) != 1 || !errors.Is(rs[0].Err, want) || !rs[0].Retryable() || !consumer.NotAnAttempt(rs[0].Err) {
+					t.Fatalf("%s: %+v, want one %v", k, rs, want)
 				}
 				// The one attempt allowed is still there.
 				r := consumer.ExecuteIdempotently(ctx, s, k, []byte(k), func(context.Context) (int, error) { return 7, nil })

@@ -176,10 +176,10 @@ type Record struct {
 	Locked      bool // the current claim was made under the key's distributed lock
 	// Counted: the current claim (state started) is an attempt: a takeover charges it.
 	Counted bool
-	Created     time.Time
-	Updated     time.Time
-	Now         time.Time     // the store's clock at the read
-	TTL         time.Duration // time to live left; -1 when the record has none
+	Created time.Time
+	Updated time.Time
+	Now     time.Time     // the store's clock at the read
+	TTL     time.Duration // time to live left; -1 when the record has none
 }
 
 // AttemptError is one failed attempt's error, as the record keeps it.

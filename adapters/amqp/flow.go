@@ -151,7 +151,8 @@ func (f *flow[V, T]) settled(ctx context.Context, d amqp091.Delivery, key consum
 		w.log.Error("amqp: handler panicked", "queue", w.topo.Queue, "key", string(key),
 			"panic", fmt.Sprint(pe.Value), "stack", string(pe.Stack))
 	}
-	if errors.Is(r.Err, consumer.ErrNotRun) && errors.Is(r.Err, consumer.ErrPipelineStopped) {
+	if (errors.Is(r.Err, consumer.ErrNotRun) || errors.Is(r.Err, consumer.ErrInterrupted)) &&
+		errors.Is(r.Err, consumer.ErrPipelineStopped) {
 		return // shutting down: its claim was released; the broker redelivers it
 	}
 	attempts := attemptsOf(d)
@@ -168,8 +169,7 @@ func (f *flow[V, T]) settled(ctx context.Context, d amqp091.Delivery, key consum
 	// store outage or a handler that never ran is not an attempt: the delivery
 	// cycles through the longest delay (or the shortest not under the lease left)
 	// with its attempts unchanged. A handler failure is one.
-	counted := r.Outcome != consumer.InProgress && !errors.Is(r.Err, consumer.ErrStoreUnavailable) &&
-		!errors.Is(r.Err, consumer.ErrNotRun) && !errors.Is(r.Err, consumer.ErrAbandoned)
+	counted := r.Outcome != consumer.InProgress && !consumer.NotAnAttempt(r.Err)
 	delays := w.topo.RetryDelays
 	delay := delays[len(delays)-1]
 	switch {

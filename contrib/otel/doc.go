@@ -133,7 +133,7 @@
 //     leaves the message failed).
 //   - kind: the error's kind (consumer.KindLabel): permanent, conflict, exhausted,
 //     lease_lost, store_unavailable, corrupt, undecodable, invalid_key, no_key,
-//     not_run, abandoned, panic, config, handler; none without an error; unknown
+//     not_run, abandoned, interrupted, panic, config, handler; none without an error; unknown
 //     for anything else. Dead letters' upper-case kinds (PERMANENT, NO_KEY, ...)
 //     are counted in lower case. WithKindAttribute(false) drops it.
 //   - op: claim, settle, renew. answer: claimed, duplicate, in_progress,

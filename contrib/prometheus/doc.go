@@ -69,7 +69,7 @@
 //     leaves the message failed).
 //   - kind: the error's kind (consumer.KindLabel): permanent, conflict, exhausted,
 //     lease_lost, store_unavailable, corrupt, undecodable, invalid_key, no_key,
-//     not_run, abandoned, panic, config, handler; none without an error; unknown
+//     not_run, abandoned, interrupted, panic, config, handler; none without an error; unknown
 //     for anything else. The dead-letter counter's kinds are the upper-case kinds
 //     of the copies' headers (PERMANENT, NO_KEY, ...) in lower case.
 //     WithKindLabel(false) drops it from every metric.

@@ -33,7 +33,7 @@ const lease = 60 * time.Millisecond
 //   - executions of every source (execute, pipeline, kafka, amqp, http through
 //     the HTTP middleware itself, replay) with every outcome and action, and the
 //     error kinds permanent, conflict,
-//     exhausted, lease_lost, store_unavailable, invalid_key, not_run, abandoned,
+//     exhausted, lease_lost, store_unavailable, invalid_key, not_run, abandoned, interrupted,
 //     panic and handler;
 //   - one takeover of a record a crashed worker left started, whose handler
 //     finds its effect already applied (the execution ends DUPLICATE);

@@ -1,0 +1,138 @@
+package consumer_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idemkit/consumer"
+)
+
+// A handler cut short by its caller's cancellation (an adapter's shutdown or
+// revocation cancels the context it submitted with) is not an attempt: with one
+// attempt allowed, the next delivery still runs it.
+func TestInterruptedHandlersAreNotCharged(t *testing.T) {
+	for name, s := range pipelineStores(t, consumer.WithMaxAttempts(1)) {
+		t.Run(name+"/pipeline", func(t *testing.T) {
+			ctx := context.Background()
+			p, err := consumer.NewPipeline[int](ctx, s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = p.Shutdown(ctx) }()
+			sctx, cancel := context.WithCancel(ctx)
+			started := make(chan struct{})
+			res := newResults[int]()
+			k := consumer.Key("interrupted-pipeline")
+			if err := p.Submit(sctx, res.item(k, func(hctx context.Context) (int, error) {
+				close(started)
+				<-hctx.Done()
+				return 0, hctx.Err()
+			})); err != nil {
+				t.Fatal(err)
+			}
+			<-started
+			cancel() // the adapter revokes the partition
+			res.wg.Wait()
+			r := res.got[k][0]
+			if !errors.Is(r.Err, consumer.ErrInterrupted) || !r.Retryable() || !consumer.NotAnAttempt(r.Err) ||
+				r.Action() == consumer.DeadLetter {
+				t.Fatalf("interrupted handler: %+v, want ErrInterrupted, retryable, not an attempt", r)
+			}
+			wantRunsOnceMore(t, s, k)
+		})
+		t.Run(name+"/batch", func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			k := consumer.Key("interrupted-batch")
+			r := consumer.ExecuteIdempotently(ctx, s, k, []byte(k), func(hctx context.Context) (int, error) {
+				cancel() // the caller gives up while the handler runs
+				<-hctx.Done()
+				return 0, hctx.Err()
+			})
+			if !errors.Is(r.Err, consumer.ErrInterrupted) || !consumer.NotAnAttempt(r.Err) {
+				t.Fatalf("interrupted handler: %+v, want ErrInterrupted", r)
+			}
+			wantRunsOnceMore(t, s, k)
+		})
+	}
+}
+
+// wantRunsOnceMore runs k's handler again: it must run, as attempt 1.
+func wantRunsOnceMore(t *testing.T, s consumer.Store, k consumer.Key) {
+	t.Helper()
+	var runs atomic.Int32
+	r := consumer.ExecuteIdempotently(context.Background(), s, k, []byte(k), func(context.Context) (int, error) {
+		runs.Add(1)
+		return 1, nil
+	})
+	if r.Outcome != consumer.Success || r.Attempt != 1 || runs.Load() != 1 {
+		t.Fatalf("the next delivery: %v %v attempt %d, %d runs; want SUCCESS as attempt 1, one run", r.Outcome, r.Err, r.Attempt, runs.Load())
+	}
+}
+
+// Shutdown may be called twice, and concurrently: every call returns once the
+// pipeline has stopped.
+func TestPipelineShutdownTwice(t *testing.T) {
+	s := must(consumer.NewMemoryStore())
+	ctx := context.Background()
+	p, err := consumer.NewPipeline[int](ctx, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := newResults[int]()
+	if err := p.Submit(ctx, res.item("k", func(context.Context) (int, error) { return 1, nil })); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	for i := range errs {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = p.Shutdown(ctx) }()
+	}
+	wg.Wait()
+	if err := p.Shutdown(ctx); err != nil || errors.Join(errs...) != nil {
+		t.Fatalf("Shutdown calls: %v, %v", errs, err)
+	}
+	if res.done.Load() != 1 {
+		t.Fatalf("%d answers, want 1", res.done.Load())
+	}
+}
+
+// When Shutdown gives up on a handler that ignores its context, the pipeline
+// still stops once the handler returns: its claim is released uncounted and a
+// later Shutdown reports the pipeline stopped.
+func TestPipelineGivesUpThenStops(t *testing.T) {
+	s := must(consumer.NewMemoryStore(consumer.WithCallTimeout(50*time.Millisecond), consumer.WithMaxAttempts(1)))
+	ctx := context.Background()
+	p, err := consumer.NewPipeline[int](ctx, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	started, release := make(chan struct{}), make(chan struct{})
+	res := newResults[int]()
+	if err := p.Submit(ctx, res.item("stubborn", func(context.Context) (int, error) {
+		close(started)
+		<-release // ignores its context
+		return 0, errors.New("gave up late")
+	})); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	sctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if err := p.Shutdown(sctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Shutdown with a handler still running: %v, want the deadline", err)
+	}
+	close(release)
+	if err := p.Shutdown(ctx); err != nil { // returns once every goroutine has ended
+		t.Fatalf("Shutdown after the handler returned: %v", err)
+	}
+	r := res.got["stubborn"][0]
+	if !errors.Is(r.Err, consumer.ErrInterrupted) || !errors.Is(r.Err, consumer.ErrPipelineStopped) {
+		t.Fatalf("stubborn handler: %+v, want interrupted by the shutdown", r)
+	}
+	wantRunsOnceMore(t, s, "stubborn")
+}
