@@ -213,6 +213,7 @@ func runPass[T any](ctx context.Context, store Store, s Settings, sc *scratch, i
 	var run, unguarded []int // indexes into pending
 	for j, rep := range reps {
 		i := pending[j]
+		rep = completedElsewhere(ctx, s, items[i].Key, rep)
 		switch {
 		case rep.Err != nil && s.FailOpen && errors.Is(rep.Err, ErrStoreUnavailable):
 			unguarded = append(unguarded, j)

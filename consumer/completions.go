@@ -20,3 +20,29 @@ type CompletionLookup interface {
 func WithCompletions(l CompletionLookup) Option {
 	return optFunc(func(s *Settings) { s.Completions = l })
 }
+
+// completedElsewhere answers a claim that found key's attempts used up (EXHAUSTED,
+// or FAILED not permanently) from the store's CompletionLookup, when it has one:
+// a completion found there turns the answer into COMPLETED with its result. A
+// lookup that fails leaves the key undecided: the answer is a store error, retried
+// later and not an attempt, rather than a dead letter for an effect that may have
+// committed.
+func completedElsewhere(ctx context.Context, s Settings, key Key, rep ClaimReply) ClaimReply {
+	if s.Completions == nil || rep.Err != nil ||
+		!(rep.Status == StatusExhausted || rep.Status == StatusFailed && !rep.Permanent) {
+		return rep
+	}
+	cctx, cancel := context.WithTimeout(ctx, s.CallTimeout)
+	result, found, err := s.Completions.Completed(cctx, s.Scope, key)
+	cancel()
+	switch {
+	case err != nil:
+		return ClaimReply{Err: &StoreError{Op: "completions", Err: err}}
+	case !found:
+		return rep
+	}
+	s.Logger.Info("consumer: attempts used up, but the effect committed with its completion: a duplicate",
+		"key", string(key), "scope", s.Scope, "attempts", rep.Attempts)
+	return ClaimReply{Status: StatusCompleted, Fence: rep.Fence, Attempts: rep.Attempts, Result: result,
+		Created: rep.Created, Ref: rep.Ref}
+}

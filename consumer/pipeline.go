@@ -301,6 +301,7 @@ func (p *Pipeline[T]) claim(ctx context.Context, batch []*pitem[T]) {
 		} else {
 			rep.Err = &StoreError{Op: "begin", Err: errors.New("the store answered fewer claims than it was sent")}
 		}
+		rep = completedElsewhere(ctx, p.s, it.Key, rep)
 		switch {
 		case rep.Err != nil && p.s.FailOpen && errors.Is(rep.Err, ErrStoreUnavailable):
 			it.unguarded = rep.Err

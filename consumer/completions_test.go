@@ -1,0 +1,51 @@
+package consumer_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/idemkit/idemkit/consumer"
+)
+
+// completionTable is a CompletionLookup over a map, as a transactional completion
+// table would answer.
+type completionTable struct {
+	rows map[consumer.Key][]byte
+	err  error
+}
+
+func (c *completionTable) Completed(_ context.Context, _ string, key consumer.Key) ([]byte, bool, error) {
+	r, ok := c.rows[key]
+	return r, ok, c.err
+}
+
+// A key whose attempts are used up, but whose effect committed with its
+// completion beside it (its last attempt crashed after the commit), is a
+// duplicate with the committed result, never an exhausted key.
+func TestExhaustionFindsTheTransactionalCompletion(t *testing.T) {
+	table := &completionTable{rows: map[consumer.Key][]byte{}}
+	s := must(consumer.NewMemoryStore(consumer.WithMaxAttempts(1), consumer.WithCompletions(table)))
+	ctx := context.Background()
+	fail := func(context.Context) (int, error) { return 0, errors.New("crashed after the commit") }
+	for _, k := range []consumer.Key{"committed", "not-committed", "unknown"} {
+		if r := consumer.ExecuteIdempotently(ctx, s, k, nil, fail); r.Outcome != consumer.Error {
+			t.Fatalf("%s: %v", k, r.Outcome)
+		}
+	}
+	table.rows["committed"] = []byte(`42`)
+	ran := func(context.Context) (int, error) { t.Error("the handler ran again"); return 0, nil }
+	r := consumer.ExecuteIdempotently(ctx, s, "committed", nil, ran)
+	if r.Outcome != consumer.Duplicate || r.Err != nil || r.Value != 42 {
+		t.Fatalf("committed key: %v %v %v, want DUPLICATE 42", r.Outcome, r.Err, r.Value)
+	}
+	r = consumer.ExecuteIdempotently(ctx, s, "not-committed", nil, ran)
+	if r.Outcome != consumer.Duplicate || !errors.Is(r.Err, consumer.ErrAttemptsExhausted) {
+		t.Fatalf("key without a completion: %v %v, want DUPLICATE of an exhausted key", r.Outcome, r.Err)
+	}
+	table.err = errors.New("connection refused")
+	r = consumer.ExecuteIdempotently(ctx, s, "unknown", nil, ran)
+	if r.Outcome != consumer.Error || !errors.Is(r.Err, consumer.ErrStoreUnavailable) || !r.Retryable() {
+		t.Fatalf("lookup down: %v %v, want a retryable store error", r.Outcome, r.Err)
+	}
+}
