@@ -203,10 +203,7 @@ func runPass[T any](ctx context.Context, store Store, s Settings, sc *scratch, i
 		claims[j] = Claim{Key: items[i].Key, Owner: owners[j], Fingerprint: fps[i], Locked: bc.underLock}
 	}
 	sent := time.Now()
-	// A claim answered later than its lease less the margin could not be used.
-	bctx, cancel := context.WithTimeout(ctx, min(s.CallTimeout, s.Lease-LeaseMargin(s.Lease)))
-	reps := store.Begin(bctx, claims)
-	cancel()
+	reps := claimAll(ctx, store, s, claims)
 	if s.watchClaims() {
 		reportClaim(s, reps, time.Since(sent))
 	}

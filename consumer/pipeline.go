@@ -287,9 +287,7 @@ func (p *Pipeline[T]) claim(ctx context.Context, batch []*pitem[T]) {
 		claims[i] = Claim{Key: it.Key, Owner: owners[i], Fingerprint: it.fp}
 	}
 	sent := time.Now()
-	bctx, cancel := context.WithTimeout(ctx, min(p.s.CallTimeout, p.s.Lease-LeaseMargin(p.s.Lease)))
-	reps := p.store.Begin(bctx, claims)
-	cancel()
+	reps := claimAll(ctx, p.store, p.s, claims)
 	if p.s.watchClaims() {
 		reportClaim(p.s, reps, time.Since(sent))
 	}

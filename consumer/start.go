@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"errors"
+	"time"
 )
 
 // Claims are not attempts. An engine claims messages ahead of free handlers, so
@@ -33,4 +34,45 @@ func markStart(ctx context.Context, store Store, s Settings, c Claim, fence int6
 		return &LeaseLostError{Key: c.Key, Fence: fence, Reason: "the claim taken over was lost before its handler started"}
 	}
 	return nil
+}
+
+// claimAll sends claims in one bounded Begin call and answers every claim. A
+// claim the store did not answer (a timeout, a connection lost) may still have
+// been made: it is sent once more with the same owner token, which a store
+// answers with that very claim, so a lost reply costs neither a lease's wait nor
+// an attempt. A claim answered later than its lease less the margin could not be
+// used, which bounds each call.
+func claimAll(ctx context.Context, store Store, s Settings, claims []Claim) []ClaimReply {
+	bound := min(s.CallTimeout, s.Lease-LeaseMargin(s.Lease))
+	reps := beginBounded(ctx, store, bound, claims)
+	var again []int
+	for i := range reps {
+		if errors.Is(reps[i].Err, ErrStoreUnavailable) {
+			again = append(again, i)
+		}
+	}
+	if len(again) == 0 || ctx.Err() != nil {
+		return reps
+	}
+	retry := make([]Claim, len(again))
+	for j, i := range again {
+		retry[j] = claims[i]
+	}
+	for j, rep := range beginBounded(ctx, store, bound, retry) {
+		if rep.Err == nil {
+			reps[again[j]] = rep
+		}
+	}
+	return reps
+}
+
+// beginBounded is one Begin call bounded by bound, answering every claim.
+func beginBounded(ctx context.Context, store Store, bound time.Duration, claims []Claim) []ClaimReply {
+	bctx, cancel := context.WithTimeout(ctx, bound)
+	reps := store.Begin(bctx, claims)
+	cancel()
+	for len(reps) < len(claims) {
+		reps = append(reps, ClaimReply{Err: &StoreError{Op: "begin", Err: errors.New("the store answered fewer claims than it was sent")}})
+	}
+	return reps
 }

@@ -236,7 +236,11 @@ func testSilentTakeover(t *testing.T, f Factory) {
 			return "a", nil
 		})
 	}()
-	<-aStarted
+	select {
+	case <-aStarted:
+	case r := <-aDone: // A's claim call did not return within its bound (a busy machine)
+		t.Skipf("A's handler never started: %v %v; the scenario needs A running", r.Outcome, r.Err)
+	}
 	time.Sleep(lease + 40*time.Millisecond)
 	b := consumer.ExecuteIdempotently(ctx, base, k, nil, func(ctx context.Context) (string, error) {
 		runs.Add(1)
