@@ -73,7 +73,7 @@ func (st *Store) settle(ctx context.Context, s *consumer.Settlement) consumer.Se
 		":exp": numAV(ceilSec(now + st.s.Retention.Milliseconds())),
 	}
 	set := "SET st = :to, updated = :now, expires = :exp"
-	remove := " REMOVE own, lease, locked"
+	remove := " REMOVE own, lease, locked, cnt"
 	terminal := false
 	switch {
 	case s.Complete:
