@@ -77,6 +77,7 @@ func foreignItems() []consumertest.ForeignValue {
 		{"lease is a string", stateStarted, map[string]types.AttributeValue{"lease": strAV("soon")}, ""},
 		{"started without a lease", stateStarted, nil, "lease"},
 		{"locked is a string", stateStarted, map[string]types.AttributeValue{"locked": strAV("yes")}, ""},
+		{"counted is a number", stateStarted, map[string]types.AttributeValue{"cnt": n("1")}, ""},
 		{"permanent is a number", stateFailed, map[string]types.AttributeValue{"perm": n("1")}, ""},
 		{"last error is a string", stateRetry, map[string]types.AttributeValue{"h0": strAV("boom")}, ""},
 		{"last error's time is a string", stateRetry, map[string]types.AttributeValue{"h0": entry(strAV("now"), strAV("boom"))}, ""},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -116,6 +117,9 @@ func (st *Store) newRecord(c consumer.Claim, pk string, now int64) map[string]ty
 	if c.Locked {
 		m["locked"] = avTrue
 	}
+	if c.Start {
+		m["cnt"] = avTrue
+	}
 	return m
 }
 
@@ -140,6 +144,12 @@ func (st *Store) fresh(ctx context.Context, c consumer.Claim, pk string, now int
 		vals[":true"] = avTrue
 	} else {
 		remove += ", locked"
+	}
+	if c.Start {
+		set += ", cnt = :true"
+		vals[":true"] = avTrue
+	} else {
+		remove += ", cnt"
 	}
 	out, ok, old, err := st.update(ctx, &ddb.UpdateItemInput{
 		Key:                       keyOf(pk),
@@ -178,17 +188,23 @@ func (st *Store) transition(ctx context.Context, c consumer.Claim, pk string, it
 		if !ok || err != nil {
 			return rep, false, err
 		}
-		st.claimed(&rep, c, it)
+		st.claimed(&rep, c, it, true)
 		rep.Status = consumer.StatusAcquired
 		return rep, true, nil
 	case it.owner == c.Owner: // the caller's own claim, asked again
+		if c.Start && !it.counted { // its handler starts now: the claim becomes an attempt
+			ok, err := st.count(ctx, pk, it, now)
+			if !ok || err != nil {
+				return rep, false, err
+			}
+		}
 		rep.Status, rep.Lease = consumer.StatusAcquired, time.Duration(max(it.lease-now, 0))*time.Millisecond
 		rep.Fingerprint = it.fp
 		return rep, true, nil
 	case it.lease+st.skew > now && !(c.Locked && it.locked): // live
 		rep.Status, rep.Lease = consumer.StatusInProgress, time.Duration(it.lease+st.skew-now)*time.Millisecond
 		return rep, true, nil
-	case last: // expired (or its lock holder is gone) on the last attempt
+	case it.counted && last: // expired (or its lock holder is gone) on the last attempt
 		msg := "lease expired during the last allowed attempt"
 		ok, err := st.exhaust(ctx, pk, it, now, msg, c.Locked)
 		if !ok || err != nil {
@@ -197,46 +213,75 @@ func (st *Store) transition(ctx context.Context, c consumer.Claim, pk string, it
 		rep.Status, rep.Message = consumer.StatusExhausted, msg
 		return rep, true, nil
 	default: // expired, or claimed under the lock the caller now holds: take over
+		// A claim that never became an attempt is taken over without a charge.
 		ok, err := st.take(ctx, c, pk, it, now, true)
 		if !ok || err != nil {
 			return rep, false, err
 		}
-		st.claimed(&rep, c, it)
+		st.claimed(&rep, c, it, it.counted)
 		rep.Status = consumer.StatusTakenOver
 		return rep, true, nil
 	}
 }
 
-// claimed fills rep for a claim that took the record it over.
-func (st *Store) claimed(rep *consumer.ClaimReply, c consumer.Claim, it *item) {
-	rep.Fence, rep.Attempts, rep.Lease = it.fence+1, it.attempts+1, st.s.Lease
+// claimed fills rep for a claim that took the record it over; charge says the
+// claim is the next attempt.
+func (st *Store) claimed(rep *consumer.ClaimReply, c consumer.Claim, it *item, charge bool) {
+	rep.Fence, rep.Attempts, rep.Lease = it.fence+1, it.attempts, st.s.Lease
+	if charge {
+		rep.Attempts++
+	}
 	rep.Fingerprint = it.fp
 	if it.fp.IsZero() {
 		rep.Fingerprint = c.Fingerprint
 	}
 }
 
-// startedAsRead is the condition that a started record is still the attempt
-// read: its owner and fence, not expired, and (for a takeover) its lease run
-// out on this worker's clock less the skew allowance, or claimed under the lock
-// the caller holds.
+// startedAsRead is the condition that a started record is still the claim
+// read: its owner, fence and counted flag (which its owner may set meanwhile),
+// not expired, and (for a takeover) its lease run out on this worker's clock
+// less the skew allowance, or claimed under the lock the caller holds.
 func startedAsRead(vals map[string]types.AttributeValue, it *item, now, skew int64, locked bool) string {
 	vals[":st"], vals[":old"], vals[":f"], vals[":now"] = avStart, strAV(it.owner), numAV(it.fence), numAV(now/1000)
-	vals[":cut"] = numAV(now - skew)
-	cond := "st = :st AND own = :old AND fence = :f AND expires > :now AND (lease <= :cut"
+	vals[":cut"], vals[":true"] = numAV(now-skew), avTrue
+	cond := "st = :st AND own = :old AND fence = :f AND expires > :now AND "
+	if it.counted {
+		cond += "cnt = :true AND (lease <= :cut"
+	} else {
+		cond += "(attribute_not_exists(cnt) OR cnt <> :true) AND (lease <= :cut"
+	}
 	if locked {
-		vals[":true"] = avTrue
 		cond += " OR locked = :true"
 	}
 	return cond + ")"
 }
 
+// count marks the caller's own started claim it an attempt: its handler starts
+// now. It reports whether the record was still as read.
+func (st *Store) count(ctx context.Context, pk string, it *item, now int64) (bool, error) {
+	_, ok, _, err := st.update(ctx, &ddb.UpdateItemInput{
+		Key:                 keyOf(pk),
+		UpdateExpression:    aws.String("SET cnt = :true, updated = :up"),
+		ConditionExpression: aws.String("st = :st AND own = :own AND fence = :f AND expires > :now"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":true": avTrue, ":up": numAV(now / 1000), ":st": avStart, ":own": strAV(it.owner),
+			":f": numAV(it.fence), ":now": numAV(now / 1000),
+		},
+	})
+	return ok, err
+}
+
 // take claims the live record it: a retry record (retry) or a started one whose
-// lease ran out or whose lock holder is gone (takeover). It reports whether the
-// record was still as read.
+// lease ran out or whose lock holder is gone (takeover). The claim is the next
+// attempt, unless it takes over a claim that never became one: that keeps its
+// attempt number. It reports whether the record was still as read.
 func (st *Store) take(ctx context.Context, c consumer.Claim, pk string, it *item, now int64, takeover bool) (bool, error) {
+	attempts := int64(it.attempts)
+	if !takeover || it.counted {
+		attempts++
+	}
 	vals := map[string]types.AttributeValue{
-		":own": strAV(c.Owner), ":f1": numAV(it.fence + 1), ":a1": numAV(int64(it.attempts + 1)),
+		":own": strAV(c.Owner), ":f1": numAV(it.fence + 1), ":a1": numAV(attempts),
 		":lease": numAV(now + st.s.Lease.Milliseconds()), ":up": numAV(now / 1000),
 		":exp": numAV(ceilSec(now + (st.s.Lease + st.s.Retention).Milliseconds())),
 	}
@@ -249,12 +294,18 @@ func (st *Store) take(ctx context.Context, c consumer.Claim, pk string, it *item
 		set += ", st = :st"
 		cond = "st = :retry AND fence = :f AND expires > :now"
 	}
-	remove := ""
+	var remove []string
 	if c.Locked {
 		set += ", locked = :true"
 		vals[":true"] = avTrue
 	} else {
-		remove = " REMOVE locked"
+		remove = append(remove, "locked")
+	}
+	if c.Start {
+		set += ", cnt = :true"
+		vals[":true"] = avTrue
+	} else {
+		remove = append(remove, "cnt")
 	}
 	if it.fp.IsZero() && !c.Fingerprint.IsZero() {
 		set += ", fp = :fp"
@@ -262,11 +313,19 @@ func (st *Store) take(ctx context.Context, c consumer.Claim, pk string, it *item
 	}
 	_, ok, _, err := st.update(ctx, &ddb.UpdateItemInput{
 		Key:                       keyOf(pk),
-		UpdateExpression:          aws.String(set + remove),
+		UpdateExpression:          aws.String(set + removing(remove)),
 		ConditionExpression:       aws.String(cond),
 		ExpressionAttributeValues: vals,
 	})
 	return ok, err
+}
+
+// removing is the REMOVE clause of names, "" for none.
+func removing(names []string) string {
+	if len(names) == 0 {
+		return ""
+	}
+	return " REMOVE " + strings.Join(names, ", ")
 }
 
 // exhaust fails the live record it for good: its attempts are used up. msg,
@@ -290,7 +349,7 @@ func (st *Store) exhaust(ctx context.Context, pk string, it *item, now int64, ms
 	}
 	_, ok, _, err := st.update(ctx, &ddb.UpdateItemInput{
 		Key:                       keyOf(pk),
-		UpdateExpression:          aws.String(set + " REMOVE own, lease, locked, perm"),
+		UpdateExpression:          aws.String(set + " REMOVE own, lease, locked, cnt, perm"),
 		ConditionExpression:       aws.String(cond),
 		ExpressionAttributeValues: vals,
 	})

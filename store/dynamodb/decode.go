@@ -31,7 +31,7 @@ var layout = [...]struct {
 	kind kind
 }{
 	{"st", kindS}, {"own", kindS}, {"fence", kindN}, {"attempts", kindN}, {"fp", kindB}, {"lease", kindN},
-	{"locked", kindBool}, {"res", kindB}, {"dropped", kindS}, {"perm", kindBool}, {"h0", kindEntry},
+	{"locked", kindBool}, {"cnt", kindBool}, {"res", kindB}, {"dropped", kindS}, {"perm", kindBool}, {"h0", kindEntry},
 	{"hs", kindEntry}, {"h1", kindOlder}, {"h2", kindOlder}, {"h3", kindOlder}, {"created", kindN},
 	{"updated", kindN}, {attrExpires, kindN},
 }
@@ -54,7 +54,7 @@ func decode(m map[string]types.AttributeValue) (*item, error) {
 		}
 	}
 	it := &item{state: str(m, "st"), owner: str(m, "own"), dropped: str(m, "dropped"),
-		locked: boolean(m, "locked"), permanent: boolean(m, "perm")}
+		locked: boolean(m, "locked"), counted: boolean(m, "cnt"), permanent: boolean(m, "perm")}
 	if res, ok := m["res"].(*types.AttributeValueMemberB); ok {
 		it.result = res.Value
 	}

@@ -13,9 +13,11 @@
 //
 // Store has the semantics of every consumer.Store (it passes the conformance
 // suite in package consumertest): fence +1 on every claim and takeover, attempts
-// counted, the payload fingerprint checked before the state (a record keeps the
-// first fingerprint a claim brings), releases not counted as attempts, claims
-// made under the key's lock taken over by the next lock holder and claims made
+// counted from the start of their handler (consumer.Claim.Start: a claim whose
+// owner died before its handler started is taken over without a charge), the
+// payload fingerprint checked before the state (a record keeps the first
+// fingerprint a claim brings), releases not counted as attempts, claims made
+// under the key's lock taken over by the next lock holder and claims made
 // without it never before their lease runs out, calls sent again after a lost
 // reply answering as the first did (a settlement or release is known by its
 // fence). Settled records keep no owner; failed attempts leave a history of the

@@ -10,11 +10,11 @@ import (
 	"github.com/idemkit/idemkit/lua"
 )
 
-// The attributes of a record item. A started record has own, lease and (when
-// claimed under the key's lock) locked; a completed one res or dropped; failed
-// and retry records perm (permanent failure) and the error history. Every
-// record has pk, st, fence, attempts, created, updated and expires, and fp when
-// a claim brought a fingerprint.
+// The attributes of a record item. A started record has own, lease, (when
+// claimed under the key's lock) locked and (when its claim is an attempt) cnt;
+// a completed one res or dropped; failed and retry records perm (permanent
+// failure) and the error history. Every record has pk, st, fence, attempts,
+// created, updated and expires, and fp when a claim brought a fingerprint.
 //
 //	pk        S     prefix + ":{" + scope + "}" + key
 //	st        S     started, completed, failed, retry
@@ -25,6 +25,9 @@ import (
 //	lease     N     the running attempt's lease deadline, unix ms, on the clock of
 //	                the worker that claimed or renewed it
 //	locked    BOOL  the running attempt was claimed under the key's lock
+//	cnt       BOOL  the current claim is an attempt: its handler started
+//	                (consumer.Claim.Start); absent: claimed ahead of its handler,
+//	                so a takeover charges no attempt
 //	res       B     the encoded result
 //	dropped   S     why the result was not kept (its size, or "unencodable")
 //	perm      BOOL  the failure was permanent
@@ -55,6 +58,7 @@ type item struct {
 	fp        consumer.Fingerprint
 	lease     int64 // unix ms
 	locked    bool
+	counted   bool // the current claim (state started) is an attempt
 	result    []byte
 	dropped   string
 	permanent bool

@@ -52,7 +52,7 @@ func (st *Store) ownedOne(ctx context.Context, op string, o *consumer.Owned) err
 	} else {
 		vals[":retry"], vals[":one"] = avRetry, avOne
 		vals[":exp"] = numAV(ceilSec(now + st.s.Retention.Milliseconds()))
-		expr = "SET st = :retry, attempts = attempts - :one, updated = :now, expires = :exp REMOVE own, lease, locked"
+		expr = "SET st = :retry, attempts = attempts - :one, updated = :now, expires = :exp REMOVE own, lease, locked, cnt"
 	}
 	_, ok, old, err := st.update(ctx, &ddb.UpdateItemInput{
 		Key:                       keyOf(pk),
@@ -114,6 +114,7 @@ func (st *Store) Peek(ctx context.Context, key consumer.Key) (consumer.Record, e
 	}
 	rec.Error, rec.History = it.lastError(), it.history
 	rec.Permanent, rec.Locked = it.state == stateFailed && it.permanent, it.locked
+	rec.Counted = it.state == stateStarted && it.counted
 	rec.Created, rec.Updated = time.Unix(it.created, 0), time.Unix(it.updated, 0)
 	rec.TTL = time.Duration(it.expires*1000-now) * time.Millisecond
 	if it.state == stateStarted {

@@ -64,7 +64,7 @@ func (st *Store) settle(ctx context.Context, s *consumer.Settlement) consumer.Se
 			return consumer.SettleReply{Err: derr}
 		}
 		if it == nil {
-			return consumer.SettleReply{Err: lost(op, s.Key, s.Fence)}
+			return st.settledAgain(s, m, op)
 		}
 		attempts = it.attempts
 	}
@@ -73,7 +73,7 @@ func (st *Store) settle(ctx context.Context, s *consumer.Settlement) consumer.Se
 		":exp": numAV(ceilSec(now + st.s.Retention.Milliseconds())),
 	}
 	set := "SET st = :to, updated = :now, expires = :exp"
-	remove := " REMOVE own, lease, locked"
+	remove := " REMOVE own, lease, locked, cnt"
 	terminal := false
 	switch {
 	case s.Complete:
@@ -122,11 +122,17 @@ func (st *Store) settle(ctx context.Context, s *consumer.Settlement) consumer.Se
 	if ok {
 		return consumer.SettleReply{Terminal: terminal}
 	}
-	// Refused: a settlement sent again after a lost reply finds its own result.
 	m, err := st.current(ctx, pk, old)
 	if err != nil {
 		return consumer.SettleReply{Err: st.storeErr(op, err)}
 	}
+	return st.settledAgain(s, m, op)
+}
+
+// settledAgain answers a settlement that found m (nil: no item) not the
+// caller's claim: one sent again after a lost reply finds the record settled at
+// its fence and answers as the first did; any other lost its claim.
+func (st *Store) settledAgain(s *consumer.Settlement, m map[string]types.AttributeValue, op string) consumer.SettleReply {
 	if m != nil && s.Fence != 0 {
 		if it, derr := decode(m); derr == nil && it.live(st.nowMs()) && it.fence == s.Fence {
 			switch {

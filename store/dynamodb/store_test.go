@@ -14,3 +14,11 @@ func TestConformance(t *testing.T) {
 		return newStore(t, Config{ClockSkew: NoClockSkew}, opts...)
 	})
 }
+
+// TestAgree: the store answers as the memory store does, reply for reply and
+// record for record (read back with Peek), over thousands of random calls.
+func TestAgree(t *testing.T) {
+	consumertest.Agree(t, func(t *testing.T, opts ...consumer.Option) (consumer.Store, error) {
+		return newStore(t, Config{ClockSkew: NoClockSkew}, opts...)
+	})
+}
