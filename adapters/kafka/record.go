@@ -211,8 +211,8 @@ func (c *Consumer[V, T]) done(r *record[V], res consumer.Result[T]) {
 		c.later(r, max(min(res.LeaseLeft+10*time.Millisecond, 250*time.Millisecond), 5*time.Millisecond))
 	case consumer.Retry:
 		var n int
-		if consumer.NotAnAttempt(res.Err) {
-			r.outages++ // the handler did not run, or was cut short by idemkit or by Run's end: not an attempt
+		if errors.Is(res.Err, consumer.ErrStoreUnavailable) || errors.Is(res.Err, consumer.ErrNotRun) {
+			r.outages++ // the handler did not run
 			n = r.outages
 		} else {
 			r.retries++
