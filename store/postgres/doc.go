@@ -60,5 +60,12 @@
 // and creates them only when told to, by Migrate. Migrate applies the files in
 // name order, once each, under a transaction-scoped advisory lock, and records
 // what it applied in idemkit_schema_migrations, so running it at every start-up
-// from many processes is safe.
+// from many processes is safe. Until the tables are there (or while a column of a
+// later file is missing), every Store call and every InTx or InSQLTx completion
+// fails with an error matching ErrNotMigrated that names the table and says to
+// run Migrate. It is a store outage, not a failed attempt: the claim is given back
+// without counting an attempt, so the adapters retry the message and dead-letter
+// nothing, and each message runs once after Migrate. Check (pgx), CheckSQL
+// (database/sql) and Store.Check find a missing migration at start-up or in a
+// readiness probe; a Store makes the same check before its first call.
 package postgres

@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
 	"log"
 
 	"github.com/idemkit/idemkit/consumer"
@@ -34,4 +35,20 @@ func ExampleInTx() {
 	}
 	r := consumer.ExecuteIdempotently(ctx, store, "order-42", nil, charge)
 	log.Println(r.Outcome, r.Value)
+}
+
+// A service that calls InTx, with its migrations run by its own tool, refuses to
+// start (or reports not ready) until idemkit's table is there.
+func ExampleCheck() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, "postgres://postgres@127.0.0.1:5432/test")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	if err := postgres.Check(ctx, pool); errors.Is(err, postgres.ErrNotMigrated) {
+		log.Fatal(err) // names the table and says to run postgres.Migrate
+	} else if err != nil {
+		log.Print(err) // the database is unreachable: not ready yet
+	}
 }

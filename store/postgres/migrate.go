@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 //go:embed migrations/*.sql
@@ -93,17 +92,4 @@ func Migrate(ctx context.Context, db Beginner) error {
 		return fmt.Errorf("postgres: Migrate: commit: %w", err)
 	}
 	return nil
-}
-
-// undefinedTable is PostgreSQL's SQLSTATE for a missing table.
-const undefinedTable = "42P01"
-
-// missingSchema turns "relation does not exist" into an error that says to run
-// Migrate; other errors pass through.
-func missingSchema(err error) error {
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == undefinedTable {
-		return fmt.Errorf("postgres: %s: run postgres.Migrate(ctx, pool) once before use (or apply postgres.Migrations() with your own tool): %w", pe.Message, err)
-	}
-	return err
 }

@@ -82,12 +82,12 @@ func TestMigrateConcurrentAndRepeatable(t *testing.T) {
 func TestMissingSchemaNamesMigrate(t *testing.T) {
 	pool := schemaPool(t)
 	_, err := pool.Exec(context.Background(), `SELECT 1 FROM idemkit_nothing`)
-	got := missingSchema(err)
+	got := missingSchema(err, "idemkit_nothing")
 	if got == nil || !strings.Contains(got.Error(), "postgres.Migrate") || !errors.Is(got, err) {
 		t.Fatalf("missing table: %v", got)
 	}
 	other := errors.New("other")
-	if missingSchema(other) != other {
+	if missingSchema(other, "idemkit_nothing") != other {
 		t.Fatal("another error was rewritten")
 	}
 }

@@ -32,7 +32,7 @@ func NewPartitionedStore(db DB, opts ...consumer.Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	st.sql, st.partitioned = statementsOn(partitionedTable), true
+	st.sql, st.table, st.partitioned = statementsOn(partitionedTable), partitionedTable, true
 	return st, nil
 }
 
@@ -93,11 +93,11 @@ func MaintainPartitions(ctx context.Context, db Beginner, p Partitioning) (made,
 	var now int64
 	if err := tx.QueryRow(ctx, `SELECT pg_advisory_xact_lock($1), (extract(epoch FROM clock_timestamp()) * 1000)::bigint,
 		set_config('lock_timeout', '5s', true)`, partitionLock).Scan(nil, &now, nil); err != nil {
-		return nil, nil, fmt.Errorf("postgres: MaintainPartitions: %w", missingSchema(err))
+		return nil, nil, fmt.Errorf("postgres: MaintainPartitions: %w", missingSchema(err, partitionedTable))
 	}
 	parts, err := partitions(ctx, tx)
 	if err != nil {
-		return nil, nil, fmt.Errorf("postgres: MaintainPartitions: %w", missingSchema(err))
+		return nil, nil, fmt.Errorf("postgres: MaintainPartitions: %w", missingSchema(err, partitionedTable))
 	}
 	window, ahead, keep := p.Window.Milliseconds(), p.Ahead.Milliseconds(), p.Keep.Milliseconds()
 	next := now - now%window

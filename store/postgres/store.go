@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemkit/idemkit/consumer"
@@ -37,12 +38,19 @@ type Store struct {
 	// sql holds the statements on the store's table; partitioned says it is the
 	// time-partitioned one (NewPartitionedStore).
 	sql         statements
+	table       string
 	partitioned bool
+	// checked: the table was found with every column (Check), before the first
+	// call or by the user.
+	checked atomic.Bool
 }
 
 var _ consumer.Store = (*Store)(nil)
 
-// NewStore returns a store on db (Migrate must have created its table). It takes
+// NewStore returns a store on db (Migrate must have created its table: the store
+// checks it before its first call, and Check does it for a readiness probe; until
+// it is there every call fails as a store outage matching ErrNotMigrated, and no
+// attempt is counted). It takes
 // consumer options (WithScope, WithLease, WithRetention, WithMaxAttempts, ...); the
 // prefix option is accepted and unused.
 func NewStore(db DB, opts ...consumer.Option) (*Store, error) {
@@ -53,7 +61,7 @@ func NewStore(db DB, opts ...consumer.Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{db: db, s: s, sql: statementsOn("idemkit_records")}, nil
+	return &Store{db: db, s: s, sql: statementsOn(recordsTable), table: recordsTable}, nil
 }
 
 // Settings returns the store's resolved options.
@@ -103,6 +111,11 @@ func (st *Store) query(ctx context.Context, op, sql string, scan func(pgx.Rows) 
 // outlive its growth until the next ANALYZE. The partitioned table's statements
 // go through queryTx.
 func (st *Store) run(ctx context.Context, op, sql string, lock bool, scan func(pgx.Rows) error, args ...any) error {
+	if !st.checked.Load() {
+		if err := st.probe(ctx); err != nil {
+			return st.fail(op, err)
+		}
+	}
 	if st.partitioned {
 		return st.queryTx(ctx, op, sql, scan, lock, args...)
 	}
@@ -196,25 +209,24 @@ func (st *Store) queryTx(ctx context.Context, op, sql string, scan func(pgx.Rows
 	return nil
 }
 
-// fail names a failed call: a missing table or column says to run Migrate;
-// anything else is the store being unavailable (retryable).
+// fail names a failed call: a missing table or column says to run Migrate (and
+// the store checks its table again before the next call); a missing partition
+// says to run MaintainPartitions; anything else is the store being unavailable.
+// Each is a *consumer.StoreError: retried, and never an attempt.
 func (st *Store) fail(op string, err error) error {
 	var pe *pgconn.PgError
-	switch {
-	case errors.As(err, &pe) && pe.Code == undefinedColumn:
-		err = fmt.Errorf("postgres: %s: the table is older than this version of idemkit: run postgres.Migrate(ctx, pool): %w", pe.Message, err)
-	case errors.As(err, &pe) && pe.Code == checkViolation && strings.Contains(pe.Message, "no partition"):
+	if m := missingSchema(err, st.table); m != err {
+		st.checked.Store(false)
+		err = m
+	} else if errors.As(err, &pe) && pe.Code == checkViolation && strings.Contains(pe.Message, "no partition") {
 		err = fmt.Errorf("postgres: %s: run postgres.MaintainPartitions (at start-up and at least once a window) so that the partitions ahead exist: %w", pe.Message, err)
 	}
-	return &consumer.StoreError{Op: op, Err: missingSchema(err)}
+	return &consumer.StoreError{Op: op, Err: err}
 }
 
-// PostgreSQL's codes for a column that is not there, and for a row that no
-// partition takes (among other check violations).
-const (
-	undefinedColumn = "42703"
-	checkViolation  = "23514"
-)
+// checkViolation is PostgreSQL's code for a row that no partition takes (among
+// other check violations).
+const checkViolation = "23514"
 
 func created(ms int64) time.Time { return time.UnixMilli(ms).Truncate(time.Second) }
 

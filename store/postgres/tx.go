@@ -93,8 +93,11 @@ const (
 //     that result and records it in the store.
 //   - A serialization failure or deadlock is returned as a retryable error.
 //
-// T is stored as JSON. The table is made by Migrate; without it InTx fails with an
-// error that says to run it.
+// T is stored as JSON. The table is made by Migrate; without it (or without a
+// column of a later migration) InTx rolls the transaction back and returns a store
+// outage that matches ErrNotMigrated and says to run Migrate: the claim is given
+// back without counting an attempt, so adapters retry the message and dead-letter
+// nothing until the table is there. Check finds it at start-up.
 func InTx[T any](ctx context.Context, db Beginner, fn func(ctx context.Context, tx pgx.Tx) (T, error), opts ...TxOption) (T, error) {
 	var zero T
 	cfg, err := txSettings(opts)
@@ -179,9 +182,14 @@ func decodeStored[T any](data []byte) (T, error) {
 	return v, consumer.AlreadyApplied()
 }
 
-// txError names what a failed statement or commit means for the caller.
+// txError names what a failed statement or commit of InTx or InSQLTx means for
+// the caller. A missing completion table is a store outage: the claim is given
+// back and no attempt counted, so a backlog waits for Migrate instead of being
+// dead-lettered.
 func txError(err error) error {
-	err = missingSchema(err)
+	if out := notMigratedOutage(err); out != nil {
+		return out
+	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && (pe.Code == serializationFailure || pe.Code == deadlockDetected) {
 		return fmt.Errorf("postgres: %s (the transaction was rolled back; retried later): %w", pe.Message, err)
@@ -285,7 +293,7 @@ func Reap(ctx context.Context, db interface {
 		SELECT key_hash FROM idemkit_completions WHERE expires_at < now() ORDER BY expires_at LIMIT $1)
 		AND expires_at < now()`, limit)
 	if err != nil {
-		return 0, txError(err)
+		return 0, fmt.Errorf("postgres: Reap: %w", missingSchema(err, completionsTable))
 	}
 	n := tag.RowsAffected()
 	if left := int64(limit) - n; left > 0 { // the Store's records, when its table exists
@@ -294,7 +302,7 @@ func Reap(ctx context.Context, db interface {
 			ORDER BY expires_ms LIMIT $1)
 			AND expires_ms < (extract(epoch FROM clock_timestamp()) * 1000)::bigint`, left)
 		if err != nil {
-			return n, txError(err)
+			return n, fmt.Errorf("postgres: Reap: %w", missingSchema(err, recordsTable))
 		}
 		n += tag.RowsAffected()
 	}

@@ -1,0 +1,45 @@
+package snippets
+
+// imports maps the package names the snippets use to their import paths.
+var imports = map[string]string{
+	"context":     "context",
+	"errors":      "errors",
+	"fmt":         "fmt",
+	"json":        "encoding/json",
+	"http":        "net/http",
+	"sql":         "database/sql",
+	"time":        "time",
+	"uuid":        "github.com/google/uuid",
+	"redis":       "github.com/redis/go-redis/v9",
+	"kgo":         "github.com/twmb/franz-go/pkg/kgo",
+	"amqp091":     "github.com/rabbitmq/amqp091-go",
+	"pgx":         "github.com/jackc/pgx/v5",
+	"pgxpool":     "github.com/jackc/pgx/v5/pgxpool",
+	"consumer":    "github.com/idemkit/idemkit/consumer",
+	"kafka":       "github.com/idemkit/idemkit/adapters/kafka",
+	"amqp":        "github.com/idemkit/idemkit/adapters/amqp",
+	"nethttp":     "github.com/idemkit/idemkit/adapters/nethttp",
+	"lock":        "github.com/idemkit/idemkit/lock",
+	"fence":       "github.com/idemkit/idemkit/fence",
+	"postgres":    "github.com/idemkit/idemkit/store/postgres",
+	"admin":       "github.com/idemkit/idemkit/admin",
+	"replay":      "github.com/idemkit/idemkit/replay",
+	"dynamodb":    "github.com/idemkit/idemkit/store/dynamodb",
+	"aws":         "github.com/aws/aws-sdk-go-v2/aws",
+	"awsdynamodb": "github.com/aws/aws-sdk-go-v2/service/dynamodb",
+	"idemprom":    "github.com/idemkit/idemkit/contrib/prometheus",
+	"prometheus":  "github.com/prometheus/client_golang/prometheus",
+	"idemotel":    "github.com/idemkit/idemkit/contrib/otel",
+}
+
+// modules names, for import paths outside the root module's requirements, the
+// module (a directory of the repository) whose go.mod has them; the longest
+// matching prefix wins. A snippet is built in the module its imports need.
+var modules = map[string]string{
+	"github.com/idemkit/idemkit/store/dynamodb": "store/dynamodb",
+	"github.com/aws/aws-sdk-go-v2":              "store/dynamodb",
+	// the one module that requires both observability plugins
+	"github.com/idemkit/idemkit/contrib/prometheus":  "internal/bench/plugins",
+	"github.com/idemkit/idemkit/contrib/otel":        "internal/bench/plugins",
+	"github.com/prometheus/client_golang/prometheus": "internal/bench/plugins",
+}
