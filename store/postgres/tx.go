@@ -116,7 +116,7 @@ func InTx[T any](ctx context.Context, db Beginner, fn func(ctx context.Context, 
 	}
 	t, err := beginPgx(ctx, db, cfg.isolation)
 	if err != nil {
-		return zero, fmt.Errorf("postgres: begin: %w", err)
+		return zero, txError(fmt.Errorf("begin: %w", err))
 	}
 	v, err := callTx(ctx, t, fn)
 	if err != nil {
@@ -191,8 +191,15 @@ func txError(err error) error {
 		return out
 	}
 	var pe *pgconn.PgError
-	if errors.As(err, &pe) && (pe.Code == serializationFailure || pe.Code == deadlockDetected) {
+	switch {
+	case errors.As(err, &pe) && (pe.Code == serializationFailure || pe.Code == deadlockDetected):
 		return fmt.Errorf("postgres: %s (the transaction was rolled back; retried later): %w", pe.Message, err)
+	case !errors.As(err, &pe):
+		// No answer from the server (connection refused or lost, a timeout): the
+		// database is out of reach, which is an outage, not the handler's attempt.
+		// A commit whose reply was lost may have applied: the next delivery finds
+		// its completion and answers DUPLICATE.
+		return consumer.Abandon(&consumer.StoreError{Op: "transactional completion", Err: err})
 	}
 	return fmt.Errorf("postgres: %w", err)
 }
@@ -221,7 +228,7 @@ func InSQLTx[T any](ctx context.Context, db *sql.DB, fn func(ctx context.Context
 	}
 	tx, err := db.BeginTx(ctx, txo)
 	if err != nil {
-		return zero, fmt.Errorf("postgres: begin: %w", err)
+		return zero, txError(fmt.Errorf("begin: %w", err))
 	}
 	v, err := func() (T, error) {
 		defer func() { // a panic in fn: give database/sql its connection back first
