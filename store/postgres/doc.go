@@ -23,6 +23,13 @@
 // at least once; Reap deletes completion rows past WithCompletionRetention (7 days)
 // in bounded batches.
 //
+// A key whose attempts run out while its effect committed (its last attempt
+// committed with InTx and died before the store recorded it) is not failed: the
+// Store reads the completion table in the claim that would report the attempts
+// used up, completes the record with the committed result, and the delivery ends
+// DUPLICATE with it. A store that keeps its records elsewhere finds the completions
+// through Completions (consumer.WithCompletions(postgres.Completions(pool))).
+//
 // # The Store
 //
 // NewStore is a consumer.Store in PostgreSQL with the Redis store's semantics:
