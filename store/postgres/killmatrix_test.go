@@ -100,11 +100,14 @@ func runKillMember(ctx context.Context, storeKind, brokers, redisAddr, prefix, s
 
 // The random-kill matrix: 1,000 payments (200 of them published twice) on four
 // partitions, consumed by members that are SIGKILLed one after another at a random
-// moment of their work, ten rounds, a fresh member each round, then a survivor
-// drains the group. Every payment has exactly one row, its handler ran, and
+// moment of their work (uniformly within a second of their first handler start),
+// ten rounds, a fresh member each round, then a survivor drains the group. Every payment has exactly one row, its handler ran, and
 // nothing is dead-lettered: a crash never uses up the attempts of a record it did
 // not run. With the claims in Redis and with the PostgreSQL Store alone, InTx
-// either way. IDEMKIT_CRASH_REPEAT sets the repetitions per store (default 2).
+// either way, the default attempts. A failure says how many orders have no row,
+// more than one, or never ran, and what each dead letter's copy and the store say
+// (kind, state, attempts, error). IDEMKIT_CRASH_REPEAT sets the repetitions per
+// store (default 2; the long run is 20).
 func TestRandomKillMatrix(t *testing.T) {
 	reps, _ := strconv.Atoi(os.Getenv("IDEMKIT_CRASH_REPEAT"))
 	if reps < 1 {
@@ -137,7 +140,7 @@ func killMatrixRun(t *testing.T, storeKind string) {
 	for round := range killRounds {
 		child := testenv.StartSelf(t, envKillMember+"=1", envStore+"="+storeKind, envBrokers+"="+strings.Join(brokers, ","),
 			envRedis+"="+redisAddr, envPrefix+"="+prefix, envSchema+"="+schema)
-		pid := child.Process.Pid
+		pid, spawned := child.Process.Pid, time.Now()
 		// The member is at work once it started a handler; when nothing is left to
 		// do it never will, and it is killed all the same.
 		testenv.Eventually(t, time.Minute, fmt.Sprintf("member %d of round %d to start a handler", pid, round), func() bool {
@@ -146,6 +149,7 @@ func killMatrixRun(t *testing.T, storeKind string) {
 			}
 			return startsBy(t, pool, pid) > 0 || lag(t, brokers) == 0
 		})
+		working := time.Since(spawned)
 		at := time.Duration(rng.Int64N(int64(killSpread)))
 		time.Sleep(at) // the random moment of the crash, not a wait for a condition
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
@@ -154,26 +158,32 @@ func killMatrixRun(t *testing.T, storeKind string) {
 		if !killedWithin(pid, time.Minute) {
 			t.Fatalf("member %d of round %d did not die of SIGKILL", pid, round)
 		}
-		t.Logf("round %d: member %d killed %v after its first handler start, having started %d handlers",
-			round, pid, at.Round(time.Millisecond), startsBy(t, pool, pid))
+		t.Logf("round %d: member %d at work after %v, killed %v later, having started %d handlers",
+			round, pid, working.Round(time.Millisecond), at.Round(time.Millisecond), startsBy(t, pool, pid))
 	}
+	draining := time.Now()
 	survivor, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
+	var survivorErr error
+	ended := make(chan struct{})
 	go func() {
-		done <- runKillMember(survivor, storeKind, strings.Join(brokers, ","), redisAddr, prefix, schema)
+		defer close(ended)
+		survivorErr = runKillMember(survivor, storeKind, strings.Join(brokers, ","), redisAddr, prefix, schema)
 	}()
+	t.Cleanup(func() { cancel(); <-ended }) // before the cluster closes, on failure too
 	testenv.Eventually(t, 3*time.Minute, "the survivor to commit every offset", func() bool {
 		select {
-		case err := <-done:
-			t.Fatalf("the survivor ended early: %v", err)
+		case <-ended:
+			t.Fatalf("the survivor ended early: %v", survivorErr)
 		default:
 		}
 		return lag(t, brokers) == 0
 	})
 	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
+	<-ended
+	if survivorErr != nil {
+		t.Fatal(survivorErr)
 	}
+	t.Logf("the survivor drained the group in %v", time.Since(draining).Round(time.Millisecond))
 	if v := killVerdict(t, pool, brokers, storeKind, redisAddr, prefix, schema); v != "" {
 		t.Fatal(v)
 	}
@@ -231,18 +241,28 @@ func killVerdict(t *testing.T, pool *pgxpool.Pool, brokers []string, storeKind, 
 	}
 	defer ch.close()
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d orders: %d without a payment row %s, %d with more than one %s, %d whose handler never started %s; %d dead letters",
+	fmt.Fprintf(&b, "%d orders: %d without a payment row%s, %d with more than one%s, %d whose handler never started%s; %d dead letters",
 		killOrders, len(missing), sample(missing), len(twice), sample(twice), len(neverStarted), sample(neverStarted), len(dead))
 	if len(dead) == 0 {
 		return b.String()
 	}
-	byReason := map[string]int{}
-	var unstarted, charged int
+	// One line per dead-lettered order (a payment published twice may have two
+	// copies), with what the store holds at its key.
+	copies := map[string]int{}
+	var orders []*deadLetter
 	for i := range dead {
 		d := &dead[i]
+		if copies[d.key]++; copies[d.key] > 1 {
+			continue
+		}
 		if d.rec, err = ch.store.Peek(context.Background(), consumer.Key(d.key)); err != nil {
 			t.Fatalf("peek %s: %v", d.key, err)
 		}
+		orders = append(orders, d)
+	}
+	byReason := map[string]int{}
+	var unstarted, charged int
+	for _, d := range orders {
 		byReason[fmt.Sprintf("%s (store: %s, %d attempts)", d.kind, d.rec.State, d.rec.Attempts)]++
 		if started[d.key] == 0 {
 			unstarted++
@@ -256,21 +276,24 @@ func killVerdict(t *testing.T, pool *pgxpool.Pool, brokers []string, storeKind, 
 		reasons = append(reasons, fmt.Sprintf("%d %s", n, r))
 	}
 	sort.Strings(reasons)
-	fmt.Fprintf(&b, ": %s; %d of them dead-lettered without any handler start, %d charged and dead-lettered",
-		strings.Join(reasons, ", "), unstarted, charged)
-	for _, d := range dead[:min(len(dead), 5)] {
-		fmt.Fprintf(&b, "\n  %s: %s, %s attempts, %q; store: %s, %d attempts, %q; %d handler starts, %d rows",
-			d.key, d.kind, d.attempts, d.reason, d.rec.State, d.rec.Attempts, d.rec.Error, started[d.key], paid[d.key])
+	fmt.Fprintf(&b, " for %d orders: %s; %d of those orders dead-lettered without any handler start, %d charged and dead-lettered",
+		len(orders), strings.Join(reasons, ", "), unstarted, charged)
+	for _, d := range orders[:min(len(orders), 5)] {
+		fmt.Fprintf(&b, "\n  %s: %d copies, %s after %s attempts: %q; store: %s, %d attempts, %q; %d handler starts, %d rows",
+			d.key, copies[d.key], d.kind, d.attempts, d.reason, d.rec.State, d.rec.Attempts, d.rec.Error, started[d.key], paid[d.key])
 	}
 	return b.String()
 }
 
-// sample is up to five of ids, for a failure message.
+// sample is " (" up to five of ids ")", for a failure message ("" for none).
 func sample(ids []string) string {
-	if len(ids) == 0 {
+	switch {
+	case len(ids) == 0:
 		return ""
+	case len(ids) > 5:
+		return " (" + strings.Join(ids[:5], " ") + " ...)"
 	}
-	return "(" + strings.Join(ids[:min(len(ids), 5)], " ") + map[bool]string{true: " ...", false: ""}[len(ids) > 5] + ")"
+	return " (" + strings.Join(ids, " ") + ")"
 }
 
 // deadLetters reads every copy on payments.dlq.
