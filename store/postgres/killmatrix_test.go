@@ -115,7 +115,10 @@ func TestRandomKillMatrix(t *testing.T) {
 	}
 	for _, storeKind := range []string{"redis", "postgres"} {
 		for rep := range reps {
-			t.Run(fmt.Sprintf("%s/%d", storeKind, rep), func(t *testing.T) { killMatrixRun(t, storeKind) })
+			t.Run(fmt.Sprintf("%s/%d", storeKind, rep), func(t *testing.T) {
+				t.Parallel() // a run mostly waits (sessions, leases, the kills), so -parallel of them share the time
+				killMatrixRun(t, storeKind)
+			})
 		}
 	}
 }
