@@ -7,7 +7,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if crashMember() || crashWorker() || stopOwner() {
+	if crashMember() || crashWorker() || killMember() || stopOwner() {
 		return
 	}
 	testenv.Run(m)
