@@ -23,6 +23,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -33,7 +34,6 @@ import (
 
 	"github.com/idemkit/idemkit/adapters/kafka"
 	"github.com/idemkit/idemkit/consumer"
-	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/store/postgres"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -69,7 +69,39 @@ func dsn() string {
 	if d := os.Getenv("IDEMKIT_POSTGRES_DSN"); d != "" {
 		return d
 	}
-	return testenv.LocalPostgresDSN
+	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+}
+
+// redisServer returns the Redis the members share: IDEMKIT_REDIS_ADDR, or a
+// private redis-server (from PATH) on a free port, stopped by stop.
+func redisServer() (addr string, stop func(), err error) {
+	if a := os.Getenv("IDEMKIT_REDIS_ADDR"); a != "" {
+		return a, func() {}, nil
+	}
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return "", nil, fmt.Errorf("no Redis: set IDEMKIT_REDIS_ADDR or install redis-server: %w", err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	addr = l.Addr().String()
+	_ = l.Close()
+	_, port, _ := net.SplitHostPort(addr)
+	cmd := exec.Command(bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
+	if err := cmd.Start(); err != nil {
+		return "", nil, err
+	}
+	stop = func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			_ = c.Close()
+			return addr, stop, nil
+		}
+	}
+	stop()
+	return "", nil, fmt.Errorf("redis-server did not start on %s", addr)
 }
 
 func pool(ctx context.Context, schema string) (*pgxpool.Pool, error) {
@@ -161,7 +193,7 @@ func run(events, killAt int, plain bool) error {
 	}
 	defer cluster.Close()
 	brokers := strings.Join(cluster.ListenAddrs(), ",")
-	redisAddr, _, stopRedis, err := testenv.RedisForTool()
+	redisAddr, stopRedis, err := redisServer()
 	if err != nil {
 		return err
 	}
