@@ -2,6 +2,7 @@ package idemotel
 
 import (
 	"context"
+	"github.com/idemkit/idemkit/internal/telemetry"
 	"sync/atomic"
 
 	"github.com/idemkit/idemkit/consumer"
@@ -29,18 +30,18 @@ type Meter struct {
 	lag          *lagTable
 	records      *records
 
-	sOutcome  *series[outcomeKey, *count]
-	sRunning  *series[string, *count]
-	sLost     *series[string, *count]
-	sAnswers  *series[string, [5]*count]
-	sTaken    *series[string, *count]
-	sHandler  *series[scopeKind, []metric.RecordOption]
-	sStore    *series[scopeOp, storeSeries]
-	sRetry    *series[sourceScopeKind, *count]
-	sDead     *series[sourceScopeKind, *count]
-	sBodyless *series[sourceScopeKind, *count]
-	sCommit   *series[sourceDest, *count]
-	sAck      *series[sourceDest, [2]*count]
+	sOutcome  *telemetry.Series[outcomeKey, *count]
+	sRunning  *telemetry.Series[string, *count]
+	sLost     *telemetry.Series[string, *count]
+	sAnswers  *telemetry.Series[string, [5]*count]
+	sTaken    *telemetry.Series[string, *count]
+	sHandler  *telemetry.Series[scopeKind, []metric.RecordOption]
+	sStore    *telemetry.Series[scopeOp, storeSeries]
+	sRetry    *telemetry.Series[sourceScopeKind, *count]
+	sDead     *telemetry.Series[sourceScopeKind, *count]
+	sBodyless *telemetry.Series[sourceScopeKind, *count]
+	sCommit   *telemetry.Series[sourceDest, *count]
+	sAck      *telemetry.Series[sourceDest, [2]*count]
 }
 
 // Compile-time checks: Meter implements every hook it means to.
@@ -152,36 +153,36 @@ func NewMeter(options ...MeterOpt) (*Meter, error) {
 		}
 	}
 
-	m.sOutcome = newSeries(func(k outcomeKey) *count {
+	m.sOutcome = telemetry.NewSeries(func(k outcomeKey) *count {
 		return newCount(m.attrs("scope", k.scope, "source", k.source, "outcome", consumer.OutcomeLabel(k.outcome),
 			"action", consumer.ActionLabel(k.source, k.action), "kind", k.kind)...)
 	})
-	m.sRunning = newSeries(func(scope string) *count { return newCount(m.attrs("scope", scope)...) })
-	m.sLost = newSeries(func(scope string) *count { return newCount(m.attrs("scope", scope)...) })
-	m.sTaken = newSeries(func(scope string) *count { return newCount(m.attrs("scope", scope)...) })
-	m.sAnswers = newSeries(func(scope string) [5]*count {
+	m.sRunning = telemetry.NewSeries(func(scope string) *count { return newCount(m.attrs("scope", scope)...) })
+	m.sLost = telemetry.NewSeries(func(scope string) *count { return newCount(m.attrs("scope", scope)...) })
+	m.sTaken = telemetry.NewSeries(func(scope string) *count { return newCount(m.attrs("scope", scope)...) })
+	m.sAnswers = telemetry.NewSeries(func(scope string) [5]*count {
 		var a [5]*count
 		for i, name := range answerNames {
 			a[i] = newCount(m.attrs("scope", scope, "answer", name)...)
 		}
 		return a
 	})
-	m.sHandler = newSeries(func(k scopeKind) []metric.RecordOption {
+	m.sHandler = telemetry.NewSeries(func(k scopeKind) []metric.RecordOption {
 		return recordOpts(m.attrs("scope", k.scope, "kind", k.kind)...)
 	})
-	m.sStore = newSeries(func(k scopeOp) storeSeries {
+	m.sStore = telemetry.NewSeries(func(k scopeOp) storeSeries {
 		kvs := m.attrs("scope", k.scope, "op", k.op)
 		return storeSeries{latency: recordOpts(kvs...), messages: newCount(kvs...)}
 	})
 	bySource := func(k sourceScopeKind) *count {
 		return newCount(m.attrs("source", k.source, "scope", k.scope, "kind", k.kind)...)
 	}
-	m.sRetry, m.sDead = newSeries(bySource), newSeries(bySource)
-	m.sBodyless = newSeries(func(k sourceScopeKind) *count { return newCount(m.attrs("source", k.source, "scope", k.scope)...) })
-	m.sCommit = newSeries(func(k sourceDest) *count {
+	m.sRetry, m.sDead = telemetry.NewSeries(bySource), telemetry.NewSeries(bySource)
+	m.sBodyless = telemetry.NewSeries(func(k sourceScopeKind) *count { return newCount(m.attrs("source", k.source, "scope", k.scope)...) })
+	m.sCommit = telemetry.NewSeries(func(k sourceDest) *count {
 		return newCount(attribute.String("source", k.source), attribute.String("topic", k.dest))
 	})
-	m.sAck = newSeries(func(k sourceDest) [2]*count {
+	m.sAck = telemetry.NewSeries(func(k sourceDest) [2]*count {
 		kvs := []attribute.KeyValue{attribute.String("source", k.source), attribute.String("queue", k.dest)}
 		return [2]*count{newCount(kvs...), newCount(kvs...)}
 	})
@@ -195,21 +196,21 @@ func (m *Meter) observe(_ context.Context, o metric.Observer) error {
 			o.ObserveInt64(inst, c.n.Load(), c.attrs)
 		}
 	}
-	each(m.outcomes, values(m.sOutcome))
-	each(m.running, values(m.sRunning))
-	each(m.leasesLost, values(m.sLost))
-	each(m.takeovers, values(m.sTaken))
-	for _, a := range values(m.sAnswers) {
+	each(m.outcomes, m.sOutcome.Values())
+	each(m.running, m.sRunning.Values())
+	each(m.leasesLost, m.sLost.Values())
+	each(m.takeovers, m.sTaken.Values())
+	for _, a := range m.sAnswers.Values() {
 		each(m.answers, a[:])
 	}
-	for _, st := range values(m.sStore) {
+	for _, st := range m.sStore.Values() {
 		each(m.storeMsgs, []*count{st.messages})
 	}
-	each(m.retries, values(m.sRetry))
-	each(m.deadLetters, values(m.sDead))
-	each(m.bodyless, values(m.sBodyless))
-	each(m.commits, values(m.sCommit))
-	for _, a := range values(m.sAck) {
+	each(m.retries, m.sRetry.Values())
+	each(m.deadLetters, m.sDead.Values())
+	each(m.bodyless, m.sBodyless.Values())
+	each(m.commits, m.sCommit.Values())
+	for _, a := range m.sAck.Values() {
 		each(m.acks, a[:1])
 		each(m.acked, a[1:])
 	}
@@ -251,71 +252,71 @@ var bg = context.Background()
 // OnClaim records a claim call: its latency, its messages and their answers.
 func (m *Meter) OnClaim(e consumer.ClaimEvent) {
 	scope := m.scope(e.Scope)
-	st := m.sStore.get(scopeOp{scope, "claim"})
+	st := m.sStore.Get(scopeOp{scope, "claim"})
 	m.storeLatency.Record(bg, e.Latency.Seconds(), st.latency...)
 	st.messages.n.Add(int64(e.Messages))
-	a := m.sAnswers.get(scope)
+	a := m.sAnswers.Get(scope)
 	for i, n := range [5]int{e.Claimed, e.Duplicates, e.InProgress, e.Conflicts, e.Errors} {
 		if n > 0 {
 			a[i].n.Add(int64(n))
 		}
 	}
-	taken := m.sTaken.get(scope) // made at the scope's first claim, so that it reads 0 before any takeover
+	taken := m.sTaken.Get(scope) // made at the scope's first claim, so that it reads 0 before any takeover
 	if e.TakenOver > 0 {
 		taken.n.Add(int64(e.TakenOver))
 	}
 }
 
 // OnHandlerStart counts a running handler.
-func (m *Meter) OnHandlerStart(e consumer.HandlerEvent) { m.sRunning.get(m.scope(e.Scope)).n.Add(1) }
+func (m *Meter) OnHandlerStart(e consumer.HandlerEvent) { m.sRunning.Get(m.scope(e.Scope)).n.Add(1) }
 
 // OnHandlerEnd records a handler's duration.
 func (m *Meter) OnHandlerEnd(e consumer.HandlerEvent) {
 	scope := m.scope(e.Scope)
-	m.sRunning.get(scope).n.Add(-1)
-	m.handler.Record(bg, e.Duration.Seconds(), m.sHandler.get(scopeKind{scope, m.kind(e.Kind)})...)
+	m.sRunning.Get(scope).n.Add(-1)
+	m.handler.Record(bg, e.Duration.Seconds(), m.sHandler.Get(scopeKind{scope, m.kind(e.Kind)})...)
 }
 
 // OnLeaseRenewed records a renewal call's latency and messages.
 func (m *Meter) OnLeaseRenewed(e consumer.LeaseEvent) {
-	st := m.sStore.get(scopeOp{m.scope(e.Scope), "renew"})
+	st := m.sStore.Get(scopeOp{m.scope(e.Scope), "renew"})
 	m.storeLatency.Record(bg, e.Latency.Seconds(), st.latency...)
 	st.messages.n.Add(int64(e.Messages))
 }
 
 // OnLeaseLost counts a lost lease.
-func (m *Meter) OnLeaseLost(e consumer.LeaseEvent) { m.sLost.get(m.scope(e.Scope)).n.Add(1) }
+func (m *Meter) OnLeaseLost(e consumer.LeaseEvent) { m.sLost.Get(m.scope(e.Scope)).n.Add(1) }
 
 // OnSettle records a settle call's latency and messages.
 func (m *Meter) OnSettle(e consumer.SettleEvent) {
-	st := m.sStore.get(scopeOp{m.scope(e.Scope), "settle"})
+	st := m.sStore.Get(scopeOp{m.scope(e.Scope), "settle"})
 	m.storeLatency.Record(bg, e.Latency.Seconds(), st.latency...)
 	st.messages.n.Add(int64(e.Messages))
 }
 
 // OnOutcome counts a message's outcome.
 func (m *Meter) OnOutcome(e consumer.OutcomeEvent) {
-	m.sOutcome.get(outcomeKey{scope: m.scope(e.Scope), source: e.Source, outcome: e.Outcome, action: e.Action,
+	m.sOutcome.Get(outcomeKey{scope: m.scope(e.Scope), source: e.Source, outcome: e.Outcome, action: e.Action,
 		kind: m.kind(e.Kind)}).n.Add(1)
 }
 
 // OnRetry counts a scheduled retry.
 func (m *Meter) OnRetry(e consumer.RetryEvent) {
-	m.sRetry.get(sourceScopeKind{e.Source, m.scope(e.Scope), m.kind(e.Kind)}).n.Add(1)
+	m.sRetry.Get(sourceScopeKind{e.Source, m.scope(e.Scope), m.kind(e.Kind)}).n.Add(1)
 }
 
 // OnDeadLetter counts a confirmed dead-letter copy.
 func (m *Meter) OnDeadLetter(e consumer.DeadLetterEvent) {
 	scope := m.scope(e.Scope)
-	m.sDead.get(sourceScopeKind{e.Source, scope, m.kind(e.Kind)}).n.Add(1)
+	m.sDead.Get(sourceScopeKind{e.Source, scope, m.kind(e.Kind)}).n.Add(1)
 	if e.BodyLess {
-		m.sBodyless.get(sourceScopeKind{e.Source, scope, ""}).n.Add(1)
+		m.sBodyless.Get(sourceScopeKind{e.Source, scope, ""}).n.Add(1)
 	}
 }
 
 // OnCommit counts a committed offset and keeps its partition's lag when known.
 func (m *Meter) OnCommit(e consumer.CommitEvent) {
-	m.sCommit.get(sourceDest{e.Source, e.Topic}).n.Add(1)
+	m.sCommit.Get(sourceDest{e.Source, e.Topic}).n.Add(1)
 	if e.Lag >= 0 {
 		m.lag.set(e.Topic, e.Partition, e.Lag)
 	}
@@ -323,7 +324,7 @@ func (m *Meter) OnCommit(e consumer.CommitEvent) {
 
 // OnAck counts an acknowledgement and the deliveries it settled.
 func (m *Meter) OnAck(e consumer.AckEvent) {
-	c := m.sAck.get(sourceDest{e.Source, e.Queue})
+	c := m.sAck.Get(sourceDest{e.Source, e.Queue})
 	c[0].n.Add(1)
 	c[1].n.Add(int64(e.Messages))
 }

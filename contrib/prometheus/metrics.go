@@ -2,6 +2,7 @@ package idemprom
 
 import (
 	"fmt"
+	"github.com/idemkit/idemkit/internal/telemetry"
 	"time"
 
 	"github.com/idemkit/idemkit/consumer"
@@ -32,18 +33,18 @@ type Metrics struct {
 	lag          *lagTable
 	records      *records
 
-	sOutcome  *series[outcomeKey, prometheus.Counter]
-	sHandler  *series[scopeKind, prometheus.Observer]
-	sRunning  *series[string, prometheus.Gauge]
-	sStore    *series[scopeOp, storeChildren]
-	sAnswers  *series[string, answerChildren]
-	sTaken    *series[string, prometheus.Counter]
-	sLost     *series[string, prometheus.Counter]
-	sRetry    *series[sourceScopeKind, prometheus.Counter]
-	sDead     *series[sourceScopeKind, prometheus.Counter]
-	sBodyless *series[sourceScope, prometheus.Counter]
-	sCommit   *series[sourceScope, prometheus.Counter]
-	sAck      *series[sourceScope, [2]prometheus.Counter]
+	sOutcome  *telemetry.Series[outcomeKey, prometheus.Counter]
+	sHandler  *telemetry.Series[scopeKind, prometheus.Observer]
+	sRunning  *telemetry.Series[string, prometheus.Gauge]
+	sStore    *telemetry.Series[scopeOp, storeChildren]
+	sAnswers  *telemetry.Series[string, answerChildren]
+	sTaken    *telemetry.Series[string, prometheus.Counter]
+	sLost     *telemetry.Series[string, prometheus.Counter]
+	sRetry    *telemetry.Series[sourceScopeKind, prometheus.Counter]
+	sDead     *telemetry.Series[sourceScopeKind, prometheus.Counter]
+	sBodyless *telemetry.Series[sourceScope, prometheus.Counter]
+	sCommit   *telemetry.Series[sourceScope, prometheus.Counter]
+	sAck      *telemetry.Series[sourceScope, [2]prometheus.Counter]
 }
 
 // Compile-time checks: Metrics implements every hook it means to.
@@ -124,40 +125,40 @@ func New(opts ...Opt) (*Metrics, error) {
 	m.lag = newLagTable(&c)
 	m.records = newRecords(&c, m.lbl)
 
-	m.sOutcome = newSeries(func(k outcomeKey) prometheus.Counter {
+	m.sOutcome = telemetry.NewSeries(func(k outcomeKey) prometheus.Counter {
 		return m.outcomes.With(m.lbl.labels("scope", k.scope, "source", k.source, "outcome", consumer.OutcomeLabel(k.outcome),
 			"action", consumer.ActionLabel(k.source, k.action), "kind", k.kind))
 	})
-	m.sHandler = newSeries(func(k scopeKind) prometheus.Observer {
+	m.sHandler = telemetry.NewSeries(func(k scopeKind) prometheus.Observer {
 		return m.handler.With(m.lbl.labels("scope", k.scope, "kind", k.kind))
 	})
-	m.sRunning = newSeries(func(scope string) prometheus.Gauge { return m.running.With(m.lbl.labels("scope", scope)) })
-	m.sStore = newSeries(func(k scopeOp) storeChildren {
+	m.sRunning = telemetry.NewSeries(func(scope string) prometheus.Gauge { return m.running.With(m.lbl.labels("scope", scope)) })
+	m.sStore = telemetry.NewSeries(func(k scopeOp) storeChildren {
 		l := m.lbl.labels("scope", k.scope, "op", k.op)
 		return storeChildren{latency: m.storeLatency.With(l), messages: m.storeMsgs.With(l)}
 	})
-	m.sAnswers = newSeries(func(scope string) answerChildren {
+	m.sAnswers = telemetry.NewSeries(func(scope string) answerChildren {
 		var a answerChildren
 		for i, name := range answerNames {
 			a[i] = m.answers.With(m.lbl.labels("scope", scope, "answer", name))
 		}
 		return a
 	})
-	m.sTaken = newSeries(func(scope string) prometheus.Counter { return m.takeovers.With(m.lbl.labels("scope", scope)) })
-	m.sLost = newSeries(func(scope string) prometheus.Counter { return m.leasesLost.With(m.lbl.labels("scope", scope)) })
-	m.sRetry = newSeries(func(k sourceScopeKind) prometheus.Counter {
+	m.sTaken = telemetry.NewSeries(func(scope string) prometheus.Counter { return m.takeovers.With(m.lbl.labels("scope", scope)) })
+	m.sLost = telemetry.NewSeries(func(scope string) prometheus.Counter { return m.leasesLost.With(m.lbl.labels("scope", scope)) })
+	m.sRetry = telemetry.NewSeries(func(k sourceScopeKind) prometheus.Counter {
 		return m.retries.With(m.lbl.labels("source", k.source, "scope", k.scope, "kind", k.kind))
 	})
-	m.sDead = newSeries(func(k sourceScopeKind) prometheus.Counter {
+	m.sDead = telemetry.NewSeries(func(k sourceScopeKind) prometheus.Counter {
 		return m.deadLetters.With(m.lbl.labels("source", k.source, "scope", k.scope, "kind", k.kind))
 	})
-	m.sBodyless = newSeries(func(k sourceScope) prometheus.Counter {
+	m.sBodyless = telemetry.NewSeries(func(k sourceScope) prometheus.Counter {
 		return m.bodyless.With(m.lbl.labels("source", k.source, "scope", k.scope))
 	})
-	m.sCommit = newSeries(func(k sourceScope) prometheus.Counter {
+	m.sCommit = telemetry.NewSeries(func(k sourceScope) prometheus.Counter {
 		return m.commits.With(prometheus.Labels{"source": k.source, "topic": k.scope})
 	})
-	m.sAck = newSeries(func(k sourceScope) [2]prometheus.Counter {
+	m.sAck = telemetry.NewSeries(func(k sourceScope) [2]prometheus.Counter {
 		l := prometheus.Labels{"source": k.source, "queue": k.scope}
 		return [2]prometheus.Counter{m.acks.With(l), m.acked.With(l)}
 	})
@@ -188,16 +189,16 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 // OnClaim counts a claim call: its latency, its messages and their answers.
 func (m *Metrics) OnClaim(e consumer.ClaimEvent) {
 	scope := m.lbl.scope(e.Scope)
-	st := m.sStore.get(scopeOp{scope, "claim"})
+	st := m.sStore.Get(scopeOp{scope, "claim"})
 	st.latency.Observe(e.Latency.Seconds())
 	st.messages.Add(float64(e.Messages))
-	a := m.sAnswers.get(scope)
+	a := m.sAnswers.Get(scope)
 	for i, n := range [5]int{e.Claimed, e.Duplicates, e.InProgress, e.Conflicts, e.Errors} {
 		if n > 0 {
 			a[i].Add(float64(n))
 		}
 	}
-	taken := m.sTaken.get(scope) // made at the scope's first claim, so that it reads 0 before any takeover
+	taken := m.sTaken.Get(scope) // made at the scope's first claim, so that it reads 0 before any takeover
 	if e.TakenOver > 0 {
 		taken.Add(float64(e.TakenOver))
 	}
@@ -205,56 +206,56 @@ func (m *Metrics) OnClaim(e consumer.ClaimEvent) {
 
 // OnHandlerStart counts a running handler.
 func (m *Metrics) OnHandlerStart(e consumer.HandlerEvent) {
-	m.sRunning.get(m.lbl.scope(e.Scope)).Inc()
+	m.sRunning.Get(m.lbl.scope(e.Scope)).Inc()
 }
 
 // OnHandlerEnd observes a handler's duration.
 func (m *Metrics) OnHandlerEnd(e consumer.HandlerEvent) {
 	scope := m.lbl.scope(e.Scope)
-	m.sRunning.get(scope).Dec()
-	m.sHandler.get(scopeKind{scope, m.lbl.kind(e.Kind)}).Observe(e.Duration.Seconds())
+	m.sRunning.Get(scope).Dec()
+	m.sHandler.Get(scopeKind{scope, m.lbl.kind(e.Kind)}).Observe(e.Duration.Seconds())
 }
 
 // OnLeaseRenewed observes a renewal call's latency and messages.
 func (m *Metrics) OnLeaseRenewed(e consumer.LeaseEvent) {
-	st := m.sStore.get(scopeOp{m.lbl.scope(e.Scope), "renew"})
+	st := m.sStore.Get(scopeOp{m.lbl.scope(e.Scope), "renew"})
 	st.latency.Observe(e.Latency.Seconds())
 	st.messages.Add(float64(e.Messages))
 }
 
 // OnLeaseLost counts a lost lease.
-func (m *Metrics) OnLeaseLost(e consumer.LeaseEvent) { m.sLost.get(m.lbl.scope(e.Scope)).Inc() }
+func (m *Metrics) OnLeaseLost(e consumer.LeaseEvent) { m.sLost.Get(m.lbl.scope(e.Scope)).Inc() }
 
 // OnSettle observes a settle call's latency and messages.
 func (m *Metrics) OnSettle(e consumer.SettleEvent) {
-	st := m.sStore.get(scopeOp{m.lbl.scope(e.Scope), "settle"})
+	st := m.sStore.Get(scopeOp{m.lbl.scope(e.Scope), "settle"})
 	st.latency.Observe(e.Latency.Seconds())
 	st.messages.Add(float64(e.Messages))
 }
 
 // OnOutcome counts a message's outcome.
 func (m *Metrics) OnOutcome(e consumer.OutcomeEvent) {
-	m.sOutcome.get(outcomeKey{scope: m.lbl.scope(e.Scope), source: e.Source, outcome: e.Outcome, action: e.Action,
+	m.sOutcome.Get(outcomeKey{scope: m.lbl.scope(e.Scope), source: e.Source, outcome: e.Outcome, action: e.Action,
 		kind: m.lbl.kind(e.Kind)}).Inc()
 }
 
 // OnRetry counts a scheduled retry.
 func (m *Metrics) OnRetry(e consumer.RetryEvent) {
-	m.sRetry.get(sourceScopeKind{e.Source, m.lbl.scope(e.Scope), m.lbl.kind(e.Kind)}).Inc()
+	m.sRetry.Get(sourceScopeKind{e.Source, m.lbl.scope(e.Scope), m.lbl.kind(e.Kind)}).Inc()
 }
 
 // OnDeadLetter counts a confirmed dead-letter copy.
 func (m *Metrics) OnDeadLetter(e consumer.DeadLetterEvent) {
 	scope := m.lbl.scope(e.Scope)
-	m.sDead.get(sourceScopeKind{e.Source, scope, m.lbl.kind(e.Kind)}).Inc()
+	m.sDead.Get(sourceScopeKind{e.Source, scope, m.lbl.kind(e.Kind)}).Inc()
 	if e.BodyLess {
-		m.sBodyless.get(sourceScope{e.Source, scope}).Inc()
+		m.sBodyless.Get(sourceScope{e.Source, scope}).Inc()
 	}
 }
 
 // OnCommit counts a committed offset and sets its partition's lag when known.
 func (m *Metrics) OnCommit(e consumer.CommitEvent) {
-	m.sCommit.get(sourceScope{e.Source, e.Topic}).Inc()
+	m.sCommit.Get(sourceScope{e.Source, e.Topic}).Inc()
 	if e.Lag >= 0 {
 		m.lag.set(e.Topic, e.Partition, e.Lag)
 	}
@@ -262,7 +263,7 @@ func (m *Metrics) OnCommit(e consumer.CommitEvent) {
 
 // OnAck counts an acknowledgement and the deliveries it settled.
 func (m *Metrics) OnAck(e consumer.AckEvent) {
-	c := m.sAck.get(sourceScope{e.Source, e.Queue})
+	c := m.sAck.Get(sourceScope{e.Source, e.Queue})
 	c[0].Inc()
 	c[1].Add(float64(e.Messages))
 }

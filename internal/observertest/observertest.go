@@ -114,6 +114,12 @@ func executions(ctx context.Context, t testing.TB, s consumer.Store) {
 	want(t, "panic", consumer.ExecuteIdempotently(ctx, s, "e-panic", nil, func(context.Context) (int, error) { panic("boom") }),
 		consumer.Error, consumer.KindPanic)
 	want(t, "invalid key", consumer.ExecuteIdempotently(ctx, s, "", nil, ok), consumer.Error, consumer.KindInvalidKey)
+	cctx, cancel := context.WithCancel(ctx)
+	want(t, "interrupted", consumer.ExecuteIdempotently(cctx, s, "e-interrupted", nil, func(hctx context.Context) (int, error) {
+		cancel() // the caller stops while the handler runs
+		<-hctx.Done()
+		return 0, hctx.Err()
+	}), consumer.Error, consumer.KindInterrupted)
 	rs := consumer.ExecuteBatch(ctx, s, []consumer.BatchItem{{Key: "b-0"}, {Key: "b-1"}},
 		func(_ context.Context, i int, _ consumer.BatchItem) (int, error) {
 			return 0, errors.New("first fails")
