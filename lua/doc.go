@@ -25,7 +25,7 @@
 //
 //	0  version<<4 | state        1 started, 2 completed, 3 failed, 4 retry, 5 forgotten
 //	1  flags                     1 locked, 2 permanent, 4 result dropped, 8 fingerprint, 16 history,
-//	                             32 operator notes
+//	                             32 operator notes, 64 counted (started: the claim is an attempt)
 //	2  fence (4)   6 attempts (2)   8 created (4)   12 updated (4, unix seconds)
 //	16 fingerprint (16, when flagged): the first 16 bytes of the payload's SHA-256
 //	   operator notes (when flagged): count (1), then newest first: time (4), length (2), text
