@@ -36,7 +36,7 @@ type attempts[T any] struct {
 	values  []T
 	herrs   []error
 	started []bool
-	marks   []Claim // a taken-over claim to mark counted before its handler starts; zero otherwise
+	marks   []Claim // by attempt: a taken-over claim to mark counted before its handler starts; nil without one
 	failed  atomic.Bool
 	hb      *keeper
 }
@@ -61,11 +61,12 @@ func (a *attempts[T]) add(ctx context.Context, i int, c Claim, rep ClaimReply, s
 	a.ctxs = append(a.ctxs, itemCtx{Context: hctx, info: Info{Key: it.Key, Scope: a.s.Scope, Attempt: rep.Attempts, Fence: rep.Fence}})
 	a.leases = append(a.leases, lease{cancel: cancel})
 	a.grants = append(a.grants, rep.Lease)
-	var mark Claim
-	if rep.Status == StatusTakenOver {
-		mark = c
+	if rep.Status == StatusTakenOver { // rare: the slice is made at the first one
+		if a.marks == nil {
+			a.marks = make([]Claim, cap(a.idx))
+		}
+		a.marks[len(a.idx)-1] = c
 	}
-	a.marks = append(a.marks, mark)
 	a.sent = sent
 	a.out[i] = Result[T]{Key: it.Key, Attempt: rep.Attempts, Fence: rep.Fence}
 }
@@ -138,7 +139,8 @@ func (a *attempts[T]) one(ctx context.Context, k int) {
 	case a.ctxs[k].Err() != nil:
 		return // the lease ran out before its turn came: released likewise
 	}
-	if m := a.marks[k]; m.Owner != "" {
+	if a.marks != nil && a.marks[k].Owner != "" {
+		m := a.marks[k]
 		if err := markStart(ctx, a.store, a.s, m, a.sts[k].Fence); err != nil {
 			a.leases[k].cancel(err) // not started: released, not counted
 			return

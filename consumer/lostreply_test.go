@@ -2,7 +2,7 @@ package consumer_test
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 
@@ -19,7 +19,7 @@ func (l *loseFirstClaimReply) Begin(ctx context.Context, claims []consumer.Claim
 	reps := l.Store.Begin(ctx, claims)
 	if l.calls.Add(1) == 1 {
 		for i := range reps {
-			reps[i] = consumer.ClaimReply{Err: &consumer.StoreError{Op: "begin", Err: errors.New("i/o timeout")}}
+			reps[i] = consumer.ClaimReply{Err: &consumer.StoreError{Op: "begin", Err: fmt.Errorf("reply lost: %w", context.DeadlineExceeded)}}
 		}
 	}
 	return reps

@@ -77,7 +77,7 @@ type pitem[T any] struct {
 	sent      time.Time   // when its claim call was sent
 	unguarded error       // the store's error, when WithFailOpen runs it without a claim
 	tries     int         // settlements sent
-	mark      Claim       // a taken-over claim to mark counted before its handler starts; zero otherwise
+	mark      *Claim      // a taken-over claim to mark counted before its handler starts; nil otherwise
 	next      []*pitem[T] // messages of the same key waiting for this one
 }
 
@@ -317,7 +317,7 @@ func (p *Pipeline[T]) claim(ctx context.Context, batch []*pitem[T]) {
 			p.mu.Unlock()
 			it.result = Result[T]{Key: it.Key, Attempt: rep.Attempts, Fence: rep.Fence}
 			if rep.Status == StatusTakenOver {
-				it.mark = claims[i]
+				it.mark = &claims[i]
 			}
 			p.keep.add(&it.lease, sent, rep.Lease)
 			p.runq <- it // never blocks: the window bounds what is claimed
@@ -356,8 +356,8 @@ func (p *Pipeline[T]) run(it *pitem[T]) {
 		p.runUnguarded(it, it.unguarded)
 		return
 	}
-	if it.mark.Owner != "" && it.hctx.Err() == nil && !p.isAbandoned() {
-		if err := markStart(it.ctx, p.store, p.s, it.mark, it.claim.Fence); err != nil {
+	if it.mark != nil && it.hctx.Err() == nil && !p.isAbandoned() {
+		if err := markStart(it.ctx, p.store, p.s, *it.mark, it.claim.Fence); err != nil {
 			it.lease.cancel(err) // not started: released, not counted
 		}
 	}

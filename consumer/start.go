@@ -3,6 +3,9 @@ package consumer
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
+	"syscall"
 	"time"
 )
 
@@ -47,7 +50,7 @@ func claimAll(ctx context.Context, store Store, s Settings, claims []Claim) []Cl
 	reps := beginBounded(ctx, store, bound, claims)
 	var again []int
 	for i := range reps {
-		if errors.Is(reps[i].Err, ErrStoreUnavailable) {
+		if errors.Is(reps[i].Err, ErrStoreUnavailable) && mayHaveApplied(reps[i].Err) {
 			again = append(again, i)
 		}
 	}
@@ -64,6 +67,16 @@ func claimAll(ctx context.Context, store Store, s Settings, claims []Claim) []Cl
 		}
 	}
 	return reps
+}
+
+// mayHaveApplied reports whether a call that failed with err may still have run
+// on the store: its reply was lost to a timeout or a broken connection. A refusal
+// the store answered (throttled, out of memory, read-only) was not applied.
+func mayHaveApplied(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // beginBounded is one Begin call bounded by bound, answering every claim.
