@@ -62,6 +62,7 @@
 //     same message runs and a different payload under the key is still a conflict.
 //     A rerun that succeeds is completed again, and later duplicates are
 //     recognised as before.
+//
 // # Bulk actions
 //
 // Preview and Execute make one transition on every record a Filter selects
