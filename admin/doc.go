@@ -62,4 +62,20 @@
 //     same message runs and a different payload under the key is still a conflict.
 //     A rerun that succeeds is completed again, and later duplicates are
 //     recognised as before.
+//
+// # Bulk actions
+//
+// Preview and Execute make one transition on every record a Filter selects
+// (scope, states, age, owner or key prefix, a lease that ran out, a failed
+// record's error kind or text): the 36 stuck keys of one dead replica, say, with
+// Filter{OwnerPrefix: "3fa8c1d2e4b5a6f7-", LeaseRanOut: true}. Preview walks the
+// listing page by page, changing nothing, and returns a Plan: the exact count, a
+// sample, and each match's fence and state as seen. Execute refuses a plan that
+// counted more than Bulk.Max records (default 1,000; ErrTooMany), and otherwise
+// changes each record with the fence it was seen at as the precondition, after
+// reading it again: a record that moved on in between (claimed, taken over,
+// completed, renewed, changed by another operator) is left alone and reported as
+// moved. Each change records the actor and reason as a single change does. The
+// Report counts what was applied, moved, refused in its state, gone, and not
+// tried (Execute stops when its context ends).
 package admin

@@ -18,7 +18,26 @@ var (
 	ErrInvalid = errors.New("admin: invalid argument")
 	// ErrCorrupt: the key holds something that is not an idemkit record.
 	ErrCorrupt = errors.New("admin: not an idemkit record")
+	// ErrTooMany: a bulk action matches more records than its Bulk.Max; a
+	// *TooManyError says how many.
+	ErrTooMany = errors.New("admin: the bulk action matches more records than its maximum")
 )
+
+// TooManyError says a bulk action was refused because its preview counted more
+// records than Bulk.Max allows. It matches ErrTooMany.
+type TooManyError struct {
+	Op    string // unstick, forget, rerun
+	Count int    // the records the preview counted
+	Max   int    // Bulk.Max
+}
+
+func (e *TooManyError) Error() string {
+	return fmt.Sprintf("admin: bulk %s: %d records match, more than the maximum %d: narrow the filter, or raise the maximum to %d and preview again",
+		e.Op, e.Count, e.Max, e.Count)
+}
+
+// Unwrap returns ErrTooMany.
+func (e *TooManyError) Unwrap() error { return ErrTooMany }
 
 // StateError says which state refused an operator transition. It matches
 // ErrWrongState.

@@ -161,24 +161,34 @@ func (in *Inspector) Rerun(ctx context.Context, c Change) (Result, error) {
 	return in.change(ctx, consumer.OpRerun, "retry", c)
 }
 
-func (in *Inspector) change(ctx context.Context, op consumer.OperatorOp, after string, c Change) (Result, error) {
-	actor, reason := strings.TrimSpace(c.Actor), strings.TrimSpace(c.Reason)
+// operatorNote checks who asks for op and why, and returns the note the record
+// keeps: "<op> by <actor>: <reason>".
+func operatorNote(op consumer.OperatorOp, actor, reason string) (string, error) {
+	actor, reason = strings.TrimSpace(actor), strings.TrimSpace(reason)
 	switch {
 	case actor == "":
-		return Result{}, invalid("%s: no actor: say who makes the change", op)
+		return "", invalid("%s: no actor: say who makes the change", op)
 	case len(actor) > 128 || strings.ContainsAny(actor, "\r\n") || !utf8.ValidString(actor):
-		return Result{}, invalid("%s: actor %q: give one line of at most 128 bytes of UTF-8", op, actor)
+		return "", invalid("%s: actor %q: give one line of at most 128 bytes of UTF-8", op, actor)
 	case reason == "":
-		return Result{}, invalid("%s: no reason: say why, it is recorded in the record", op)
+		return "", invalid("%s: no reason: say why, it is recorded in the record", op)
 	case len(reason) > 1024 || !utf8.ValidString(reason):
-		return Result{}, invalid("%s: reason of %d bytes: give at most 1024 bytes of UTF-8", op, len(reason))
-	case c.Fence < 0:
+		return "", invalid("%s: reason of %d bytes: give at most 1024 bytes of UTF-8", op, len(reason))
+	}
+	return fmt.Sprintf("%s by %s: %s", op, actor, reason), nil
+}
+
+func (in *Inspector) change(ctx context.Context, op consumer.OperatorOp, after string, c Change) (Result, error) {
+	note, err := operatorNote(op, c.Actor, c.Reason)
+	if err != nil {
+		return Result{}, err
+	}
+	if c.Fence < 0 {
 		return Result{}, invalid("%s: fence %d: give 0 (any) or the fence the record holds", op, c.Fence)
 	}
 	if err := c.Key.Validate(); err != nil {
 		return Result{}, err
 	}
-	note := fmt.Sprintf("%s by %s: %s", op, actor, reason)
 	rep, err := in.store.ChangeRecord(ctx, consumer.OperatorChange{Op: op, Scope: c.Scope, Key: c.Key, Note: note, Fence: c.Fence})
 	if err != nil {
 		return Result{}, err

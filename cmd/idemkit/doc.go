@@ -17,6 +17,9 @@
 //	unstick KEY --reason TEXT        end a started claim whose owner is gone
 //	forget KEY --reason TEXT         remove a record, keeping its fence
 //	rerun KEY --reason TEXT          let a completed or failed key run once more
+//	unstick|forget|rerun --all [filters] --reason TEXT [--execute N]
+//	                                 the same on every record the filters select:
+//	                                 a preview, or with --execute N the change
 //	keygen NS PARTS...               the key consumer.NewKey(NS, PARTS...) derives
 //	bench                            floor / ExecuteIdempotently / ExecuteBatch on this Redis
 //	plan (--jsonl F | --topic T | --queue Q)
@@ -28,9 +31,24 @@
 //
 // unstick, forget and rerun record "<op> by <actor>: <reason>" in the record's
 // history; the actor is --actor, else $USER. --fence makes a change conditional on
-// the fence inspect showed. replay and redrive are dry runs that print what they
-// would do unless --execute is given; replay resumes from --checkpoint, which it
-// writes only after the effects of the messages before it are recorded. SIGINT or
+// the fence inspect showed. With --all instead of a KEY they act on every record of
+// --scope that the filters select: --state, --older-than, --owner-prefix (one
+// process's claims share their owner token's prefix), --key-prefix,
+// --lease-ran-out (started records nobody renews), --error-kind permanent|exhausted
+// and --error-contains TEXT (a failed or retry record's last error). Without
+// --execute that is a preview: the count and a few of the records (--sample),
+// nothing changed. --execute N, N being the count the preview printed, changes
+// them, and refuses (exit 4) when the count differs by then or exceeds --max
+// (default 1000). Each record is changed only if it still holds the fence and
+// state the preview saw, and still matches the filters; one that moved on is
+// left alone and reported as moved (exit 4 once the others are done). The
+// dead replica's stuck keys, say:
+//
+//	idemkit --scope payments unstick --all --owner-prefix 3fa8c1d2e4b5a6f7- --lease-ran-out --reason "replica 7 died"
+//	idemkit --scope payments unstick --all --owner-prefix 3fa8c1d2e4b5a6f7- --lease-ran-out --reason "replica 7 died" --execute 36
+//
+// replay and redrive are dry runs that print what they would do unless
+// --execute is given; replay resumes from --checkpoint, which it writes only after the effects of the messages before it are recorded. SIGINT or
 // SIGTERM stops a replay after its running commands: each one's process group gets
 // SIGTERM, and SIGKILL for whatever is left once the command has exited or 5 s
 // have passed; its message is given back without counting an attempt, and the
@@ -80,8 +98,10 @@
 //	   out of range, or a command that changes records given no --scope or the
 //	   default one
 //	3  no record at the key
-//	4  refused: the record's state or fence does not allow the change, or the
-//	   replay's retention guard stopped it (--accept-beyond-retention)
+//	4  refused: the record's state or fence does not allow the change; a bulk
+//	   --execute N whose count differs from the preview's or exceeds --max, or
+//	   that left records alone because they moved on; or the replay's retention
+//	   guard stopped it (--accept-beyond-retention)
 //	5  Redis, Kafka or RabbitMQ did not answer (a replay stops after the first
 //	   batch the store did not answer)
 //	6  a replay finished with messages that did not settle (ERROR: retryable

@@ -37,7 +37,7 @@ var exitCodes = []struct {
 	{exitFailure, "failed for another reason (the message says why)"},
 	{exitUsage, "bad usage or configuration: an unknown flag, a missing argument, a value out of range, or a command that changes records given no --scope or the default one"},
 	{exitNotFound, "no record at the key"},
-	{exitRefused, "refused: the record's state or fence does not allow the change, or the replay's retention guard stopped it (--accept-beyond-retention)"},
+	{exitRefused, "refused: the record's state or fence does not allow the change; a bulk --execute N whose count differs from the preview's or exceeds --max, or that left records alone because they moved on; or the replay's retention guard stopped it (--accept-beyond-retention)"},
 	{exitUnreachable, "Redis, Kafka or RabbitMQ did not answer (a replay stops after the first batch the store did not answer)"},
 	{exitUnsettled, "a replay finished with messages that did not settle (ERROR: retryable errors; IN_PROGRESS: held elsewhere) and none of code 7's: run it again to retry them"},
 	{exitUnresolved, "a replay finished with messages that running it again will not settle: FAILED (failed for good, their dead letters stand), CONFLICT, CORRUPT, INVALID or QUARANTINE; the output names them"},
@@ -105,6 +105,7 @@ func exitCode(err error) int {
 	var un unsettledError
 	var ur unresolvedError
 	var ie interruptedError
+	var re refusedError
 	switch {
 	case err == nil:
 		return exitOK
@@ -115,7 +116,8 @@ func exitCode(err error) int {
 		return exitUsage
 	case errors.Is(err, admin.ErrNotFound):
 		return exitNotFound
-	case errors.Is(err, admin.ErrWrongState), errors.Is(err, admin.ErrFenceMoved), errors.Is(err, replay.ErrBeyondRetention):
+	case errors.Is(err, admin.ErrWrongState), errors.Is(err, admin.ErrFenceMoved), errors.Is(err, replay.ErrBeyondRetention),
+		errors.Is(err, admin.ErrTooMany), errors.As(err, &re):
 		return exitRefused
 	case errors.As(err, &ur):
 		return exitUnresolved

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-
+	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -216,20 +216,7 @@ func (a *app) listCmd() *cobra.Command {
 				}
 				return a.printJSON(out)
 			}
-			tw := tabwriter.NewWriter(a.out, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "SCOPE\tKEY\tSTATE\tAGE\tFENCE\tATTEMPTS\tLEASE LEFT\tOWNER\tLAST ERROR")
-			for _, r := range page.Records {
-				state := r.State
-				if r.Corrupt != "" {
-					state = "corrupt"
-				}
-				if r.Stale() {
-					state += "*"
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", r.Scope, r.Key, state, r.Age, r.Fence, r.Attempts,
-					short(r.LeaseLeft), orDash(r.Owner), orDash(oneLine(r.Error+r.Corrupt, 60)))
-			}
-			if err := tw.Flush(); err != nil {
+			if err := recordTable(a.out, page.Records); err != nil {
 				return err
 			}
 			fmt.Fprintf(a.errOut, "%d records in %s", len(page.Records), a.scopeRead())
@@ -247,6 +234,25 @@ func (a *app) listCmd() *cobra.Command {
 	f.StringVar(&cursor, "cursor", "", "continue a listing where it stopped")
 	f.IntVar(&count, "scan-count", 1000, "keys one SCAN step examines (SCAN's COUNT)")
 	return c
+}
+
+// recordTable prints records one a line, a started record whose lease ran out
+// marked with a star.
+func recordTable(w io.Writer, recs []admin.Record) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SCOPE\tKEY\tSTATE\tAGE\tFENCE\tATTEMPTS\tLEASE LEFT\tOWNER\tLAST ERROR")
+	for _, r := range recs {
+		state := r.State
+		if r.Corrupt != "" {
+			state = "corrupt"
+		}
+		if r.Stale() {
+			state += "*"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", r.Scope, r.Key, state, r.Age, r.Fence, r.Attempts,
+			short(r.LeaseLeft), orDash(r.Owner), orDash(oneLine(r.Error+r.Corrupt, 60)))
+	}
+	return tw.Flush()
 }
 
 func (a *app) statsCmd() *cobra.Command {
@@ -303,21 +309,27 @@ func (a *app) statsCmd() *cobra.Command {
 
 type changeFunc func(*admin.Inspector, context.Context, admin.Change) (admin.Result, error)
 
-func (a *app) changeCmd(name, short string, fn changeFunc) *cobra.Command {
+func (a *app) changeCmd(op consumer.OperatorOp, short string, fn changeFunc) *cobra.Command {
+	name := op.String()
 	var reason, actor string
 	var fence int64
+	var bulk bulkFlags
 	c := &cobra.Command{
-		Use:   name + " KEY --reason TEXT",
+		Use:   name + " (KEY | --all [filters] [--execute N]) --reason TEXT",
 		Short: short,
-		Long: short + ".\n\n" + name + ` changes a record, so it needs the service's --scope [IDEMKIT_SCOPE]
-and refuses the default scope "default" (exit 2).`,
-		Args: exactArgs(1, "KEY"),
+		Long: short + ".\n\n" + name + ` changes records, so it needs the service's --scope [IDEMKIT_SCOPE]
+and refuses the default scope "default" (exit 2).
+` + bulkHelp,
+		Args: bulk.check,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if strings.TrimSpace(reason) == "" {
 				return usagef("%s needs --reason: say why; it is recorded in the record's history", name)
 			}
 			if actor == "" {
 				return usagef("%s needs --actor (or $USER): say who makes the change", name)
+			}
+			if bulk.all {
+				return a.bulk(cmd, op, &bulk, actor, reason)
 			}
 			store, err := a.writeStore(name)
 			if err != nil {
@@ -347,5 +359,6 @@ and refuses the default scope "default" (exit 2).`,
 	c.Flags().StringVar(&reason, "reason", "", "why (required; recorded in the record's history)")
 	c.Flags().StringVar(&actor, "actor", env("USER", ""), "who (default $USER)")
 	c.Flags().Int64Var(&fence, "fence", 0, "make the change only if the record still holds this fence (from inspect)")
+	bulk.register(c)
 	return c
 }

@@ -170,9 +170,9 @@ func (a *app) root() *cobra.Command {
 		"RabbitMQ URL; amqps:// for TLS, credentials and vhost in the URL [IDEMKIT_AMQP_URL]")
 
 	root.AddCommand(a.inspectCmd(), a.listCmd(), a.statsCmd(),
-		a.changeCmd("unstick", "end a started claim whose owner is gone: the next delivery runs the key", (*admin.Inspector).Unstick),
-		a.changeCmd("forget", "remove a record but keep its fence: the next delivery runs the key afresh", (*admin.Inspector).Forget),
-		a.changeCmd("rerun", "let a completed or failed key run once more at its next delivery", (*admin.Inspector).Rerun),
+		a.changeCmd(consumer.OpUnstick, "end a started claim whose owner is gone: the next delivery runs the key", (*admin.Inspector).Unstick),
+		a.changeCmd(consumer.OpForget, "remove a record but keep its fence: the next delivery runs the key afresh", (*admin.Inspector).Forget),
+		a.changeCmd(consumer.OpRerun, "let a completed or failed key run once more at its next delivery", (*admin.Inspector).Rerun),
 		a.keygenCmd(), a.benchCmd(), a.planCmd(), a.replayCmd(), a.redriveCmd())
 	return root
 }
