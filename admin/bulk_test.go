@@ -478,3 +478,27 @@ func TestBulkRefusals(t *testing.T) {
 		t.Fatalf("execute of a plan no preview made: %v", err)
 	}
 }
+
+// run executes key's handler once through the store and counts its runs.
+func run(t *testing.T, s consumer.Store, key consumer.Key, payload string, fail error) (consumer.Result[string], int) {
+	t.Helper()
+	runs := 0
+	res := consumer.ExecuteIdempotently(context.Background(), s, key, []byte(payload), func(ctx context.Context) (string, error) {
+		runs++
+		return "done", fail
+	})
+	return res, runs
+}
+
+// hasNotes reports whether rec's operator notes are texts, newest first.
+func hasNotes(rec admin.Record, texts ...string) bool {
+	if len(rec.Notes) != len(texts) {
+		return false
+	}
+	for i, n := range rec.Notes {
+		if n.Text != texts[i] || n.Time.IsZero() {
+			return false
+		}
+	}
+	return true
+}
