@@ -39,57 +39,78 @@ func (c *cancelClock) when(within time.Duration) (time.Time, bool) {
 	return time.Unix(0, c.at.Load()), true
 }
 
+// errVoid: a run that proves nothing about a partition, because A never held the
+// lock with a live context up to the moment its link was cut (a busy machine
+// delayed A's acquisition or its extensions past their bounds). It is run again.
+var errVoid = errors.New("A did not hold the lock up to the partition")
+
 // partitionRun is one run of the partition proof: holder A (through px) takes
 // name, lets extensions pass, then its link is blackholed; holder B polls the
-// node directly until it gets the lock. It returns how long before B's
-// acquisition A's context was cancelled.
-func partitionRun(la, lb *lock.Locker, extended *atomic.Int32, px *testenv.FaultProxy, name string, expiry time.Duration, extensions int32) (time.Duration, error) {
+// node directly until it gets the lock. The safety assertion is an ordering seen
+// in this process: when B's acquisition returns, A's context is already
+// cancelled (with a *LostError). No step depends on how fast the machine is: A
+// either extends or loses the lock (a void run), B's calls that get no answer
+// within their bound are tried again, and the deadlines below only stop a hung
+// run. It returns A's lead over B as the clocks read it (informative: the
+// reading of A's cancellation can lag it on a busy machine) and how many of B's
+// calls went unanswered.
+func partitionRun(la, lb *lock.Locker, extended *atomic.Int32, px *testenv.FaultProxy, name string, expiry time.Duration, extensions int32) (time.Duration, int, error) {
+	const hung = time.Minute // only a hung run takes this long, however busy the machine
 	ctx := context.Background()
 	held, release, err := la.Acquire(ctx, name)
+	if errors.Is(err, lock.ErrUnreachable) {
+		return 0, 0, fmt.Errorf("%w: its acquisition got no answer in time: %v", errVoid, err)
+	}
 	if err != nil {
-		return 0, fmt.Errorf("A's acquisition: %w", err)
+		return 0, 0, fmt.Errorf("A's acquisition: %w", err)
 	}
 	defer release()
 	clock, stop := watchCancel(held)
 	defer stop()
-	deadline := time.Now().Add(3 * expiry)
+	deadline := time.Now().Add(hung)
 	for extended.Load() < extensions {
+		if held.Err() != nil {
+			return 0, 0, fmt.Errorf("%w: it lost the lock after %d of %d extensions: %v", errVoid, extended.Load(), extensions, context.Cause(held))
+		}
 		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("A made %d extensions within %v, want %d", extended.Load(), 3*expiry, extensions)
+			return 0, 0, fmt.Errorf("A neither extended the lock nor lost it within %v", hung)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 	px.Blackhole()
 	defer px.Pass() // before the release (deferred earlier), so A's unlock can reach the node
+	if held.Err() != nil {
+		return 0, 0, fmt.Errorf("%w: it lost the lock before the partition: %v", errVoid, context.Cause(held))
+	}
 	poll := min(expiry/60, 50*time.Millisecond)
-	deadline = time.Now().Add(3*expiry + 5*time.Second)
+	unanswered := 0
+	deadline = time.Now().Add(expiry + hung)
 	for {
 		_, rb, ok, err := lb.TryAcquire(ctx, name)
-		if err != nil {
-			return 0, fmt.Errorf("B's acquisition: %w", err)
+		if errors.Is(err, lock.ErrUnreachable) {
+			unanswered++ // B's link is healthy; on a busy machine its answer can miss the bound
+		} else if err != nil {
+			return 0, unanswered, fmt.Errorf("B's acquisition: %w", err)
 		}
 		if ok {
 			bAt := time.Now()
 			aLive := held.Err() == nil
 			rb()
 			if aLive {
-				return 0, errors.New("B acquired the lock while A's context was still live")
-			}
-			aAt, ok := clock.when(5 * time.Second)
-			switch {
-			case !ok:
-				return 0, errors.New("A's cancellation was never observed")
-			case !aAt.Before(bAt):
-				return 0, fmt.Errorf("A's context was cancelled %v after B acquired", aAt.Sub(bAt))
+				return 0, unanswered, errors.New("B acquired the lock while A's context was still live")
 			}
 			var lost *lock.LostError
 			if !errors.As(context.Cause(held), &lost) || lost.Name != name {
-				return 0, fmt.Errorf("A's cause is %v, want a *LostError for %q", context.Cause(held), name)
+				return 0, unanswered, fmt.Errorf("A's cause is %v, want a *LostError for %q", context.Cause(held), name)
 			}
-			return bAt.Sub(aAt), nil
+			aAt, ok := clock.when(hung)
+			if !ok {
+				return 0, unanswered, errors.New("A's cancellation was never observed")
+			}
+			return bAt.Sub(aAt), unanswered, nil
 		}
 		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("B never acquired within %v", 3*expiry+5*time.Second)
+			return 0, unanswered, fmt.Errorf("B never acquired within %v", expiry+hung)
 		}
 		time.Sleep(poll)
 	}
@@ -107,8 +128,14 @@ func TestPartitionedHolderIsCancelledBeforeTheNextHolderAcquires(t *testing.T) {
 	t.Cleanup(func() { _ = direct.Close() })
 	const runs = 20
 	expiries := []time.Duration{600 * time.Millisecond, 1500 * time.Millisecond, 8 * time.Second}
+	// A run is void when A loses the lock before its link is cut (on a machine
+	// too busy for its calls to answer within their bounds); it is done again,
+	// up to voidTries times, and only the runs that were not void count.
+	const voidTries = 10
 	gaps := make([][]time.Duration, len(expiries))
 	errs := make([][]error, len(expiries))
+	voids := make([]atomic.Int32, len(expiries))
+	unanswered := make([]atomic.Int32, len(expiries))
 	var wg sync.WaitGroup
 	for i, expiry := range expiries {
 		gaps[i], errs[i] = make([]time.Duration, runs), make([]error, runs)
@@ -127,7 +154,16 @@ func TestPartitionedHolderIsCancelledBeforeTheNextHolderAcquires(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				gaps[i][r], errs[i][r] = partitionRun(la, lb, &extended, px, name, expiry, int32(r%2))
+				for try := 0; try < voidTries; try++ {
+					var n int
+					gaps[i][r], n, errs[i][r] = partitionRun(la, lb, &extended, px, fmt.Sprintf("%s:%d", name, try), expiry, int32(r%2))
+					unanswered[i].Add(int32(n))
+					if !errors.Is(errs[i][r], errVoid) {
+						return
+					}
+					voids[i].Add(1)
+					extended.Store(0)
+				}
 			}()
 		}
 	}
@@ -137,13 +173,14 @@ func TestPartitionedHolderIsCancelledBeforeTheNextHolderAcquires(t *testing.T) {
 		for r, err := range errs[i] {
 			if err != nil {
 				failed++
-				t.Errorf("expiry %v, run %d: %v", expiry, r, err)
+				t.Errorf("expiry %v, run %d (after %d void runs of all): %v", expiry, r, voids[i].Load(), err)
 			}
 		}
 		g := slices.Clone(gaps[i])
 		slices.Sort(g)
-		t.Logf("expiry %v: in %d of %d runs A was cancelled before B acquired; A's lead: min %v, median %v, max %v",
-			expiry, runs-failed, runs, g[0].Round(time.Millisecond), g[runs/2].Round(time.Millisecond), g[runs-1].Round(time.Millisecond))
+		t.Logf("expiry %v: in %d of %d runs A was cancelled before B acquired (%d void runs done again, %d of B's calls unanswered in time); "+
+			"A's lead as read: min %v, median %v, max %v", expiry, runs-failed, runs, voids[i].Load(), unanswered[i].Load(),
+			g[0].Round(time.Millisecond), g[runs/2].Round(time.Millisecond), g[runs-1].Round(time.Millisecond))
 	}
 }
 
