@@ -224,6 +224,7 @@ func TestPartitionedHolderIsCancelledBeforeTheNextHolderAcquires(t *testing.T) {
 						return
 					}
 					voids[i].Add(1)
+					t.Logf("expiry %v, run %d, void: %v", expiry, r, errs[i][r])
 					extended.Store(0)
 				}
 			}()
