@@ -6,11 +6,11 @@
 # with IDEMKIT_REQUIRE_SERVICES=1 (a missing server fails its tests, never skips
 # them), and stops the servers at the end; where it cannot provide a server it
 # fails at once saying what to install or which variable to set. Servers named in
-# IDEMKIT_POSTGRES_DSN, IDEMKIT_AMQP_URL, IDEMKIT_REDIS_ADDR or
-# IDEMKIT_DYNAMODB_ENDPOINT are used instead. The tests start their own
-# redis-server processes; the store/dynamodb tests start dynalite, which `make
-# dynalite` installs with npm into .cache/dynalite. `make test-loaded` runs the
-# suite beside a CPU hog that keeps every core busy (.ci/cpu-hog).
+# IDEMKIT_POSTGRES_DSN, IDEMKIT_AMQP_URL or IDEMKIT_DYNAMODB_ENDPOINT are used
+# instead. The tests start their own redis-server processes; the store/dynamodb
+# tests start dynalite, which `make dynalite` installs with npm into
+# .cache/dynalite. `make test-loaded` runs the suite beside a CPU hog that keeps
+# every core busy (.ci/cpu-hog).
 
 GO          ?= go
 STATICCHECK := $(CURDIR)/bin/staticcheck
