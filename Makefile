@@ -51,9 +51,12 @@ test-loaded:
 	@bash .ci/cpu-hog $(MAKE) --no-print-directory test
 
 # test-modules: the tests of every module, against the servers in the environment
-# (make test and test-short give it theirs through .ci/with-services).
+# (make test and test-short give it theirs through .ci/with-services). TESTTIMEOUT
+# only stops a hung package: go test's default of 10 minutes is a guess a loaded
+# machine can outrun.
+TESTTIMEOUT ?= 30m
 test-modules: dynalite
-	$(call each_module,$(GO) test $(TESTFLAGS) -count=1 $(PKGS))
+	$(call each_module,$(GO) test $(TESTFLAGS) -count=1 -timeout $(TESTTIMEOUT) $(PKGS))
 
 ## bench: floor vs ExecuteIdempotently vs ExecuteBatch against a real Redis, one table
 bench:
