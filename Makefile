@@ -1,8 +1,16 @@
-# Every command a user or CI runs. `make demo` needs nothing but Go; `make test`
-# needs redis-server on PATH (or IDEMKIT_REDIS_ADDR) and a RabbitMQ broker on
-# 127.0.0.1:5672 (or IDEMKIT_AMQP_URL); .ci/run installs and starts both. The
-# store/dynamodb tests start dynalite, which `make dynalite` (a prerequisite of
-# test) installs with npm into .cache/dynalite, or use IDEMKIT_DYNAMODB_ENDPOINT.
+# Every command a user or CI runs. `make demo` needs nothing but Go. `make test`
+# sets itself up: .ci/with-services starts a private PostgreSQL and a private
+# RabbitMQ on free loopback ports (files in the git-ignored .cache/services/),
+# installs what is missing with apt-get when it runs as root (redis-server,
+# postgresql, rabbitmq-server, nodejs and npm), runs the tests of every module
+# with IDEMKIT_REQUIRE_SERVICES=1 (a missing server fails its tests, never skips
+# them), and stops the servers at the end; where it cannot provide a server it
+# fails at once saying what to install or which variable to set. Servers named in
+# IDEMKIT_POSTGRES_DSN, IDEMKIT_AMQP_URL or IDEMKIT_DYNAMODB_ENDPOINT are used
+# instead. The tests start their own redis-server processes; the store/dynamodb
+# tests start dynalite, which `make dynalite` installs with npm into
+# .cache/dynalite. `make test-loaded` runs the suite beside a CPU hog that keeps
+# every core busy (.ci/cpu-hog).
 
 GO          ?= go
 STATICCHECK := $(CURDIR)/bin/staticcheck
@@ -24,19 +32,31 @@ define each_module
 	@fail=0; for m in $(MODULES); do echo "== $$m: $(1)"; (cd $$m && $(1)) || fail=1; done; exit $$fail
 endef
 
-.PHONY: demo test test-short bench bench-kafka bench-amqp bench-http bench-replay bench-postgres bench-dynamodb dynalite bench-plugins lint install-check ci up down clean
+.PHONY: demo test test-short test-loaded test-modules bench bench-kafka bench-amqp bench-http bench-replay bench-postgres bench-dynamodb dynalite bench-plugins lint install-check ci up down clean
 
 ## demo: run the quickstart with zero set-up (in-process Redis unless IDEMKIT_REDIS_ADDR is set)
 demo:
 	$(GO) run ./examples/quickstart
 
-## test: run every test of every module against real servers, with the race detector
-test: dynalite
-	$(call each_module,$(GO) test -race -count=1 $(PKGS))
+## test: run every test of every module against real servers (started here), with the race detector
+test:
+	@bash .ci/with-services $(MAKE) --no-print-directory test-modules TESTFLAGS=-race
 
 ## test-short: the same without the race detector, for a quick loop
-test-short: dynalite
-	$(call each_module,$(GO) test -count=1 $(PKGS))
+test-short:
+	@bash .ci/with-services $(MAKE) --no-print-directory test-modules TESTFLAGS=
+
+## test-loaded: `make test` beside a CPU hog that keeps every core busy, as on a loaded machine
+test-loaded:
+	@bash .ci/cpu-hog $(MAKE) --no-print-directory test
+
+# test-modules: the tests of every module, against the servers in the environment
+# (make test and test-short give it theirs through .ci/with-services). TESTTIMEOUT
+# only stops a hung package: go test's default of 10 minutes is a guess a loaded
+# machine can outrun.
+TESTTIMEOUT ?= 30m
+test-modules: dynalite
+	$(call each_module,$(GO) test $(TESTFLAGS) -count=1 -timeout $(TESTTIMEOUT) $(PKGS))
 
 ## bench: floor vs ExecuteIdempotently vs ExecuteBatch against a real Redis, one table
 bench:

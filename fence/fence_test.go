@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"testing"
 	"time"
 
@@ -31,12 +30,7 @@ func newTable(t *testing.T, db *sql.DB) fence.Table {
 }
 
 // dsn is the database testenv.Postgres opens, for pgx.
-func dsn() string {
-	if d := os.Getenv("IDEMKIT_POSTGRES_DSN"); d != "" {
-		return d
-	}
-	return testenv.LocalPostgresDSN
-}
+func dsn() string { return testenv.PostgresDSN() }
 
 // steps is one key's history of writes: which are effective and which stale.
 var steps = []struct {

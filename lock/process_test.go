@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -27,11 +26,8 @@ type jobEnv struct {
 func newJobEnv(t *testing.T) jobEnv {
 	t.Helper()
 	srvs, _ := nodes(t, 3)
-	e := jobEnv{store: testenv.RedisAddr(t), prefix: testenv.Prefix(t), dsn: os.Getenv("IDEMKIT_POSTGRES_DSN"),
+	e := jobEnv{store: testenv.RedisAddr(t), prefix: testenv.Prefix(t), dsn: testenv.PostgresDSN(),
 		table: fence.Table{Name: fmt.Sprintf("idemkit_test_jobs_%d", rand.N(1<<30))}}
-	if e.dsn == "" {
-		e.dsn = testenv.LocalPostgresDSN
-	}
 	for _, s := range srvs {
 		e.nodes = append(e.nodes, s.Addr)
 	}
