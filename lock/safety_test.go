@@ -88,7 +88,7 @@ func (l *timerLag) worstSince(at time.Time, within time.Duration) time.Duration 
 // lock with a live context up to the moment its link was cut (a busy machine
 // delayed A's acquisition or its extensions past their bounds, or kept A's
 // watchdog from running when its timer fired). It is run again.
-var errVoid = errors.New("A did not hold the lock up to the partition")
+var errVoid = errors.New("holder A did not hold the lock up to the partition")
 
 // partitionRun is one run of the partition proof: holder A (through px) takes
 // name, lets extensions pass, then its link is blackholed; holder B polls the
