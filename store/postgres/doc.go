@@ -23,6 +23,13 @@
 // at least once; Reap deletes completion rows past WithCompletionRetention (7 days)
 // in bounded batches.
 //
+// A key whose attempts run out while its effect committed (its last attempt
+// committed with InTx and died before the store recorded it) is not failed: the
+// Store reads the completion table in the claim that would report the attempts
+// used up, completes the record with the committed result, and the delivery ends
+// DUPLICATE with it. A store that keeps its records elsewhere finds the completions
+// through Completions (consumer.WithCompletions(postgres.Completions(pool))).
+//
 // # The Store
 //
 // NewStore is a consumer.Store in PostgreSQL with the Redis store's semantics:
@@ -30,6 +37,10 @@
 // compare-and-set on every transition, fence and attempts, fingerprint conflicts,
 // the last errors kept, and the same answers to calls sent again after a lost
 // reply. Records live in idemkit_records, keyed by SHA-256 of scope and key.
+// Claims are not attempts: a started record keeps whether its claim is counted
+// (sent with consumer.Claim.Start, or marked so since by its owner), and a
+// takeover charges an attempt, or exhausts the key on the last one, only for a
+// counted claim; an uncounted claim taken over keeps its attempt number.
 // Every call is one SQL statement over arrays of keys, in its own implicit
 // transaction (statements.go): new keys are claimed by a plain INSERT ... ON
 // CONFLICT DO NOTHING; keys with a row by a second statement that locks their rows in

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -89,5 +90,62 @@ func TestMissingSchemaNamesMigrate(t *testing.T) {
 	other := errors.New("other")
 	if missingSchema(other, "idemkit_nothing") != other {
 		t.Fatal("another error was rewritten")
+	}
+}
+
+// A schema made by the files before the counted column, with a started record
+// claimed by that version and left to expire: Migrate brings it up to date, and
+// the record reads as counted, as every claim was then, so that its takeover
+// charges an attempt (and on the last attempt exhausts the key).
+func TestMigrateKeepsEarlierClaimsCounted(t *testing.T) {
+	pool := schemaPool(t)
+	ctx := context.Background()
+	ms, err := Migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `CREATE TABLE idemkit_schema_migrations (version text PRIMARY KEY,
+		applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		if m.Version >= "006" {
+			break
+		}
+		if _, err := pool.Exec(ctx, m.SQL); err != nil {
+			t.Fatalf("%s: %v", m.Version, err)
+		}
+		if _, err := pool.Exec(ctx, `INSERT INTO idemkit_schema_migrations (version) VALUES ($1)`, m.Version); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const scope = "upgrade"
+	for _, k := range []consumer.Key{"k-1", "k-2"} { // claimed by the earlier version, lease over
+		if _, err := pool.Exec(ctx, `INSERT INTO idemkit_records (key_hash, scope, state, owner, fence, attempts,
+			lease_ms, created_ms, updated_ms, expires_ms, written_ms)
+			SELECT $1, $2, 'started', 'old', 1, 1, now - 1000, now - 2000, now - 2000, now + 3600000, now - 2000
+			FROM (SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now) clock`, keyHash(scope, k), scope); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	st, err := NewStore(pool, consumer.WithScope(scope), consumer.WithMaxAttempts(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := st.Peek(ctx, "k-1"); err != nil || !rec.Counted || rec.Attempts != 1 {
+		t.Fatalf("earlier claim after Migrate = %+v (%v), want counted, attempt 1", rec, err)
+	}
+	if rep := st.Begin(ctx, []consumer.Claim{{Key: "k-1", Owner: "new"}})[0]; rep.Status != consumer.StatusTakenOver || rep.Attempts != 2 || rep.Fence != 2 {
+		t.Fatalf("takeover of an earlier claim = %+v, want TAKEN_OVER attempt 2 fence 2", rep)
+	}
+	last, err := NewStore(pool, consumer.WithScope(scope), consumer.WithMaxAttempts(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep := last.Begin(ctx, []consumer.Claim{{Key: "k-2", Owner: "new"}})[0]; rep.Status != consumer.StatusExhausted {
+		t.Fatalf("takeover of an earlier claim on the last attempt = %+v, want EXHAUSTED", rep)
 	}
 }

@@ -96,11 +96,11 @@ func roundsOf(idx []int, hashes [][]byte) [][]int {
 func (st *Store) insert(ctx context.Context, claims []consumer.Claim, hashes [][]byte, round []int, out []consumer.ClaimReply) ([]int, error) {
 	s := st.s
 	n := len(round)
-	ks, owners, fps, locked := make([][]byte, n), make([]string, n), make([][]byte, n), make([]bool, n)
+	ks, owners, fps, locked, starts := make([][]byte, n), make([]string, n), make([][]byte, n), make([]bool, n), make([]bool, n)
 	at := make(map[string]int, n)
 	for j, i := range round {
 		c := claims[i]
-		ks[j], owners[j], locked[j] = hashes[i], c.Owner, c.Locked
+		ks[j], owners[j], locked[j], starts[j] = hashes[i], c.Owner, c.Locked, c.Start
 		if !c.Fingerprint.IsZero() {
 			fps[j] = append([]byte(nil), c.Fingerprint[:]...)
 		}
@@ -117,7 +117,7 @@ func (st *Store) insert(ctx context.Context, claims []consumer.Claim, hashes [][
 		out[i] = consumer.ClaimReply{Status: consumer.StatusAcquired, Fence: 1, Attempts: 1, Lease: s.Lease,
 			Created: created(createdMs), Fingerprint: claims[i].Fingerprint}
 		return nil
-	}, ks, owners, fps, locked, s.Lease.Milliseconds(), s.Retention.Milliseconds(), s.Scope)
+	}, ks, owners, fps, locked, s.Lease.Milliseconds(), s.Retention.Milliseconds(), s.Scope, starts)
 	if err != nil {
 		return round, err
 	}
@@ -135,10 +135,10 @@ func (st *Store) insert(ctx context.Context, claims []consumer.Claim, hashes [][
 func (st *Store) claim(ctx context.Context, claims []consumer.Claim, hashes [][]byte, round []int, out []consumer.ClaimReply) ([]int, error) {
 	s := st.s
 	n := len(round)
-	ks, owners, fps, locked := make([][]byte, n), make([]string, n), make([][]byte, n), make([]bool, n)
+	ks, owners, fps, locked, starts := make([][]byte, n), make([]string, n), make([][]byte, n), make([]bool, n), make([]bool, n)
 	for j, i := range round {
 		c := claims[i]
-		ks[j], owners[j], locked[j] = hashes[i], c.Owner, c.Locked
+		ks[j], owners[j], locked[j], starts[j] = hashes[i], c.Owner, c.Locked, c.Start
 		if !c.Fingerprint.IsZero() {
 			fps[j] = append([]byte(nil), c.Fingerprint[:]...)
 		}
@@ -173,7 +173,7 @@ func (st *Store) claim(ctx context.Context, claims []consumer.Claim, hashes [][]
 			rep.Status, rep.Lease = consumer.StatusInProgress, time.Duration(lease-now)*time.Millisecond
 		case "conflict":
 			rep.Status = consumer.StatusConflict
-		case "completed":
+		case "completed", "recover": // recover: the effect committed with its completion (InTx)
 			rep.Status, rep.Result, rep.Dropped = consumer.StatusCompleted, result, dropped
 		case "failed":
 			rep.Status, rep.Message, rep.Permanent = consumer.StatusFailed, msg, permanent
@@ -185,7 +185,7 @@ func (st *Store) claim(ctx context.Context, claims []consumer.Claim, hashes [][]
 		}
 		out[i] = rep
 		return nil
-	}, ks, owners, fps, locked, s.Lease.Milliseconds(), s.Retention.Milliseconds(), s.MaxAttempts, s.Scope)
+	}, ks, owners, fps, locked, s.Lease.Milliseconds(), s.Retention.Milliseconds(), s.MaxAttempts, s.Scope, starts)
 	return lost, err
 }
 
@@ -378,10 +378,10 @@ func (st *Store) Peek(ctx context.Context, key consumer.Key) (consumer.Record, e
 		fp, result                                  []byte
 		errs                                        []string
 		errAt                                       []int64
-		permanent, locked                           *bool
+		permanent, locked, counted                  *bool
 	)
 	if err := st.db.QueryRow(ctx, st.sql.peek, st.hash(key)).Scan(&now, &state, &owner, &fence, &attempts, &fp, &lease, &result,
-		&dropped, &errs, &errAt, &permanent, &locked, &createdMs, &updatedMs, &expires); err != nil {
+		&dropped, &errs, &errAt, &permanent, &locked, &counted, &createdMs, &updatedMs, &expires); err != nil {
 		return consumer.Record{}, st.fail("peek", err)
 	}
 	rec := consumer.Record{Key: key, Now: time.UnixMilli(now)}
@@ -404,7 +404,7 @@ func (st *Store) Peek(ctx context.Context, key consumer.Key) (consumer.Record, e
 	if len(errs) > 0 {
 		rec.Error = errs[0]
 	}
-	rec.Permanent, rec.Locked = *state == "failed" && *permanent, *locked
+	rec.Permanent, rec.Locked, rec.Counted = *state == "failed" && *permanent, *locked, *state == "started" && *counted
 	rec.Created, rec.Updated = created(*createdMs), created(*updatedMs)
 	rec.TTL = time.Duration(*expires-now) * time.Millisecond
 	if *state == "started" {
