@@ -59,7 +59,7 @@ func (c completionTable) Completed(ctx context.Context, scope string, key consum
 	case errors.Is(err, pgx.ErrNoRows):
 		return nil, false, nil
 	case err != nil:
-		return nil, false, fmt.Errorf("postgres: completion lookup: %w", missingSchema(err))
+		return nil, false, fmt.Errorf("postgres: completion lookup: %w", missingSchema(err, completionsTable))
 	}
 	return result, true, nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/idemkit/idemkit/store/postgres"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
 )
 
 // A handler whose effect is a row in PostgreSQL records its key's completion in
@@ -51,4 +52,22 @@ func ExampleCheck() {
 	} else if err != nil {
 		log.Print(err) // the database is unreachable: not ready yet
 	}
+}
+
+// Claims in Redis, effects in PostgreSQL: the Redis store finds the completions
+// InTx commits, so that a key whose last attempt committed and then died is a
+// duplicate with its result, not a dead letter.
+func ExampleCompletions() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, "postgres://postgres@127.0.0.1:5432/test")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	store, err := consumer.NewRedisStore(redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"}),
+		consumer.WithScope("payments"), consumer.WithCompletions(postgres.Completions(pool)))
+	if err != nil {
+		log.Fatal(err)
+	}
+	_ = store // given to ExecuteIdempotently or an adapter, with handlers that call postgres.InTx
 }
