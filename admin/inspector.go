@@ -11,8 +11,8 @@ import (
 	"github.com/idemkit/idemkit/consumer"
 )
 
-// Store is what the Inspector needs of a store. consumer.RedisStore and
-// consumer.MemoryStore implement it.
+// Store is what the Inspector needs of a store. consumer.RedisStore,
+// consumer.MemoryStore and the PostgreSQL store (store/postgres) implement it.
 type Store interface {
 	// Settings returns the store's options (its scope and retention).
 	Settings() consumer.Settings
@@ -45,7 +45,7 @@ type Inspector struct {
 // New returns an Inspector over store.
 func New(store Store) (*Inspector, error) {
 	if store == nil {
-		return nil, invalid("nil store: pass a *consumer.RedisStore or *consumer.MemoryStore")
+		return nil, invalid("nil store: pass a *consumer.RedisStore, a *consumer.MemoryStore or a *postgres.Store")
 	}
 	if s := store.Settings(); s.Scope == "" {
 		return nil, invalid("the store has no settings: make it with its constructor and check the error")

@@ -481,3 +481,40 @@ func TestOperatorInspector(t *testing.T) {
 		}
 	})
 }
+
+// A row written before the key column (key NULL) is not listed, is read and
+// changed by key, and is listed once claimed again.
+func TestOperatorScanListsEarlierRowsOnceClaimed(t *testing.T) {
+	forEachTable(t, func(t *testing.T, mk func(*testing.T, ...consumer.Option) *Store) {
+		ctx := context.Background()
+		st := mk(t, consumer.WithScope("old"))
+		if _, err := st.db.Exec(ctx, `INSERT INTO `+st.table+` (key_hash, scope, state, fence, attempts, created_ms,
+			updated_ms, expires_ms, written_ms)
+			SELECT $1, 'old', 'retry', 4, 1, now, now, now + 3600000, now
+			FROM (SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now) clock`, keyHash("old", "legacy")); err != nil {
+			t.Fatal(err)
+		}
+		listed := func() int {
+			page, err := st.ScanRecords(ctx, consumer.ScanQuery{Scope: "old"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return len(page.Records)
+		}
+		if n := listed(); n != 0 {
+			t.Fatalf("a row without its key listed: %d records", n)
+		}
+		if r := peekOne(t, st, "", "legacy"); r.State != "retry" || r.Fence != 4 {
+			t.Fatalf("peek by key = %+v", r.Record)
+		}
+		if rep := change(t, st, consumer.OperatorChange{Op: consumer.OpForget, Key: "legacy", Note: "forget by x: old"}); rep.Status != consumer.ChangeApplied {
+			t.Fatalf("forget by key = %+v", rep)
+		}
+		if c := claimOne(t, st, consumer.Claim{Key: "legacy", Owner: "w", Start: true}); c.Status != consumer.StatusAcquired || c.Fence != 5 {
+			t.Fatalf("claim = %+v, want acquired at fence 5", c)
+		}
+		if n := listed(); n != 1 {
+			t.Fatalf("after its claim, %d records listed, want 1", n)
+		}
+	})
+}
