@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -516,5 +517,73 @@ func TestOperatorScanListsEarlierRowsOnceClaimed(t *testing.T) {
 		if n := listed(); n != 1 {
 			t.Fatalf("after its claim, %d records listed, want 1", n)
 		}
+	})
+}
+
+// Owners complete 200 claims while an operator unsticks each at the fence it saw:
+// per key exactly one of the two wins (the completion, then the unstick finds it
+// completed; or the unstick, then the completion finds its claim gone).
+func TestOperatorUnstickRacesCompletion(t *testing.T) {
+	forEachTable(t, func(t *testing.T, mk func(*testing.T, ...consumer.Option) *Store) {
+		const keys = 200
+		ctx := context.Background()
+		st := mk(t, consumer.WithScope("race"), consumer.WithLease(time.Hour))
+		claims := make([]consumer.Claim, keys)
+		for i := range claims {
+			claims[i] = consumer.Claim{Key: consumer.Key(fmt.Sprint("k-", i)), Owner: fmt.Sprint("o-", i), Start: true}
+		}
+		for _, r := range st.Begin(ctx, claims) {
+			if r.Err != nil || r.Fence != 1 {
+				t.Fatalf("claim: %+v", r)
+			}
+		}
+		var completed, unstuck [keys]bool
+		errs := make(chan error, 2*keys)
+		var wg sync.WaitGroup
+		for i := range keys {
+			wg.Add(2)
+			go func() {
+				defer wg.Done()
+				err := st.Settle(ctx, []consumer.Settlement{{Key: claims[i].Key, Owner: claims[i].Owner, Fence: 1, Complete: true}})[0].Err
+				var lost *consumer.LeaseLostError
+				switch {
+				case err == nil:
+					completed[i] = true
+				case !errors.As(err, &lost):
+					errs <- err
+				}
+			}()
+			go func() {
+				defer wg.Done()
+				rep, err := st.ChangeRecord(ctx, consumer.OperatorChange{Op: consumer.OpUnstick, Key: claims[i].Key, Note: "unstick by op: race", Fence: 1})
+				switch {
+				case err != nil:
+					errs <- err
+				case rep.Status == consumer.ChangeApplied:
+					unstuck[i] = true
+				case rep.Status != consumer.ChangeWrongState || rep.State != "completed":
+					errs <- fmt.Errorf("unstick of %s = %+v", claims[i].Key, rep)
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+		var won int
+		for i := range keys {
+			if completed[i] == unstuck[i] {
+				t.Errorf("key %d: completed %v, unstuck %v; want exactly one", i, completed[i], unstuck[i])
+			}
+			r := peekOne(t, st, "", claims[i].Key)
+			if unstuck[i] && (r.State != "retry" || r.Fence != 2) || completed[i] && (r.State != "completed" || len(r.Notes) != 0) {
+				t.Errorf("key %d: %+v after completed %v unstuck %v", i, r.Record, completed[i], unstuck[i])
+			}
+			if completed[i] {
+				won++
+			}
+		}
+		t.Logf("%d of %d completions came first", won, keys)
 	})
 }
