@@ -62,9 +62,6 @@ func (m *MemoryStore) ChangeRecord(ctx context.Context, c OperatorChange) (Opera
 		out.Status, out.LeaseLeft = ChangeWrongState, 0
 		return out, nil
 	}
-	if c.Op != OpUnstick {
-		out.LeaseLeft = 0
-	}
 	r.pushNote(now, c.Note)
 	r.updated = now
 	out.Status, out.NewFence = ChangeApplied, r.fence

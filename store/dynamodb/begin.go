@@ -90,7 +90,7 @@ func (st *Store) claimRound(ctx context.Context, c consumer.Claim, pk string) (r
 	now = st.nowMs()
 	if !it.live(now) {
 		// Expired, not yet deleted: claimed afresh, its fence going on rising.
-		out, ok, _, err := st.fresh(ctx, c, pk, now)
+		out, ok, _, err := st.fresh(ctx, c, pk, now, nil)
 		if err != nil || !ok {
 			return rep, false, err
 		}
@@ -123,9 +123,10 @@ func (st *Store) newRecord(c consumer.Claim, pk string, now int64) map[string]ty
 	return m
 }
 
-// fresh claims a key whose record has expired (or has none): its fence goes
-// on rising from the old one.
-func (st *Store) fresh(ctx context.Context, c consumer.Claim, pk string, now int64) (*ddb.UpdateItemOutput, bool, map[string]types.AttributeValue, error) {
+// fresh claims a key afresh, its fence going on rising from the old one: a key
+// whose record has expired (or has none) when forgot is nil, else the live
+// forgotten record forgot, whose operator notes stay.
+func (st *Store) fresh(ctx context.Context, c consumer.Claim, pk string, now int64, forgot *item) (*ddb.UpdateItemOutput, bool, map[string]types.AttributeValue, error) {
 	vals := map[string]types.AttributeValue{
 		":st": avStart, ":own": strAV(c.Owner), ":zero": avZero, ":one": avOne,
 		":lease": numAV(now + st.s.Lease.Milliseconds()), ":now": numAV(now / 1000),
@@ -133,6 +134,13 @@ func (st *Store) fresh(ctx context.Context, c consumer.Claim, pk string, now int
 	}
 	set := "SET st = :st, own = :own, fence = if_not_exists(fence, :zero) + :one, attempts = :one, lease = :lease, created = :now, updated = :now, expires = :exp"
 	remove := " REMOVE res, dropped, perm, " + dropHistory
+	cond := "attribute_not_exists(pk) OR expires <= :now"
+	if forgot != nil {
+		cond = "st = :forgot AND fence = :f AND expires > :now"
+		vals[":forgot"], vals[":f"] = avForgot, numAV(forgot.fence)
+	} else {
+		remove += ", notes"
+	}
 	if c.Fingerprint.IsZero() {
 		remove += ", fp"
 	} else {
@@ -154,7 +162,7 @@ func (st *Store) fresh(ctx context.Context, c consumer.Claim, pk string, now int
 	out, ok, old, err := st.update(ctx, &ddb.UpdateItemInput{
 		Key:                       keyOf(pk),
 		UpdateExpression:          aws.String(set + remove),
-		ConditionExpression:       aws.String("attribute_not_exists(pk) OR expires <= :now"),
+		ConditionExpression:       aws.String(cond),
 		ExpressionAttributeValues: vals,
 		ReturnValues:              types.ReturnValueUpdatedNew,
 	})
@@ -170,6 +178,13 @@ func (st *Store) transition(ctx context.Context, c consumer.Claim, pk string, it
 	case !c.Fingerprint.IsZero() && !it.fp.IsZero() && it.fp != c.Fingerprint:
 		rep.Status = consumer.StatusConflict
 		return rep, true, nil
+	case it.state == stateForgot: // an operator removed it: claimed afresh, its fence going on rising
+		_, ok, _, err := st.fresh(ctx, c, pk, now, it)
+		if !ok || err != nil {
+			return rep, false, err
+		}
+		return consumer.ClaimReply{Status: consumer.StatusAcquired, Fence: it.fence + 1, Attempts: 1, Lease: st.s.Lease,
+			Created: time.Unix(now/1000, 0), Fingerprint: c.Fingerprint, Ref: pk}, true, nil
 	case it.state == stateDone:
 		rep.Status, rep.Result, rep.Dropped = consumer.StatusCompleted, it.result, it.dropped
 		return rep, true, nil

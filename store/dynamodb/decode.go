@@ -19,10 +19,12 @@ const (
 	kindBool              // a boolean
 	kindEntry             // an error: a map of t (an integer) and m (a string)
 	kindOlder             // an older error: an entry, or NULL for none
+	kindNotes             // operator notes: a list of entries
 )
 
 var kindNames = [...]string{kindS: "a string", kindN: "an integer", kindB: "binary", kindBool: "a boolean",
-	kindEntry: "a map of t (a number) and m (a string)", kindOlder: "a map of t (a number) and m (a string), or NULL"}
+	kindEntry: "a map of t (a number) and m (a string)", kindOlder: "a map of t (a number) and m (a string), or NULL",
+	kindNotes: "a list of maps of t (a number) and m (a string)"}
 
 // layout is every attribute of a record item but its partition key, with its
 // type (see item.go). Attributes outside it are left alone.
@@ -33,7 +35,7 @@ var layout = [...]struct {
 	{"st", kindS}, {"own", kindS}, {"fence", kindN}, {"attempts", kindN}, {"fp", kindB}, {"lease", kindN},
 	{"locked", kindBool}, {"cnt", kindBool}, {"res", kindB}, {"dropped", kindS}, {"perm", kindBool}, {"h0", kindEntry},
 	{"hs", kindEntry}, {"h1", kindOlder}, {"h2", kindOlder}, {"h3", kindOlder}, {"created", kindN},
-	{"updated", kindN}, {attrExpires, kindN},
+	{"updated", kindN}, {attrExpires, kindN}, {"notes", kindNotes},
 }
 
 // history is the order of the error history, newest first.
@@ -74,6 +76,13 @@ func decode(m map[string]types.AttributeValue) (*item, error) {
 		if e, ok := m[name].(*types.AttributeValueMemberM); ok { // absent, or NULL: no entry
 			sec, _ := strconv.ParseInt(e.Value["t"].(*types.AttributeValueMemberN).Value, 10, 64)
 			it.history = append(it.history, consumer.AttemptError{Time: time.Unix(sec, 0), Message: e.Value["m"].(*types.AttributeValueMemberS).Value})
+		}
+	}
+	if l, ok := m["notes"].(*types.AttributeValueMemberL); ok {
+		for _, v := range l.Value {
+			e := v.(*types.AttributeValueMemberM).Value
+			sec, _ := strconv.ParseInt(e["t"].(*types.AttributeValueMemberN).Value, 10, 64)
+			it.notes = append(it.notes, consumer.OperatorNote{Time: time.Unix(sec, 0), Text: e["m"].(*types.AttributeValueMemberS).Value})
 		}
 	}
 	return it, nil
@@ -118,7 +127,7 @@ func (it *item) checkState(m map[string]types.AttributeValue) error {
 		if m["res"] == nil && m["dropped"] == nil {
 			return fmt.Errorf("a %s record has neither res nor dropped", it.state)
 		}
-	case stateFailed, stateRetry:
+	case stateFailed, stateRetry, stateForgot:
 	default:
 		return fmt.Errorf("unknown state %q", it.state)
 	}
@@ -138,6 +147,16 @@ func hasKind(v types.AttributeValue, k kind) bool {
 		return k == kindBool
 	case *types.AttributeValueMemberNULL:
 		return k == kindOlder
+	case *types.AttributeValueMemberL:
+		if k != kindNotes {
+			return false
+		}
+		for _, e := range v.Value {
+			if !hasKind(e, kindEntry) {
+				return false
+			}
+		}
+		return true
 	case *types.AttributeValueMemberM:
 		if k != kindEntry && k != kindOlder {
 			return false

@@ -168,9 +168,17 @@
 // attempt's fence, or keep the effect's records in PostgreSQL (package
 // store/postgres gives transactional completion).
 //
-// Records in the operator's "forgotten" state (a Redis record an operator
-// removed, keeping only its fence) do not exist here: an operator deletes the
-// item, and a key whose item expired or was deleted starts afresh.
+// # The operator plane
+//
+// Store implements admin.Store, so package admin's Inspector and the idemkit
+// CLI list, count, inspect, unstick, forget and rerun its records, with the
+// semantics of the Redis store (see consumer.OperatorOp): each transition is a
+// read and an UpdateItem conditioned on the state, fence and owner read, and
+// its note goes into the record's "notes" list, which every later transition
+// keeps. A forgotten record keeps its fence, error history and notes; the next
+// claim starts it afresh above that fence. A scan (ScanRecords) is a DynamoDB
+// Scan of the whole table, Count items a step, keeping the items of the
+// store's prefix: it reads (and is billed for) every item of every prefix.
 //
 // # The table and IAM
 //
@@ -178,7 +186,8 @@
 // and enables TTL on "expires"; it is safe at every start-up. The permissions,
 // on the records table (arn:aws:dynamodb:REGION:ACCOUNT:table/idemkit):
 //
-//   - Store: dynamodb:GetItem, dynamodb:PutItem, dynamodb:UpdateItem.
+//   - Store: dynamodb:GetItem, dynamodb:PutItem, dynamodb:UpdateItem; for
+//     the operator's scans (admin.Inspector's List and Stats), dynamodb:Scan.
 //   - CreateTable: dynamodb:CreateTable, dynamodb:DescribeTable,
 //     dynamodb:DescribeTimeToLive, dynamodb:UpdateTimeToLive.
 //   - Apply and ApplyPut, on the table of the effect's item: dynamodb:UpdateItem

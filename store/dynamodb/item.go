@@ -17,7 +17,8 @@ import (
 // created, updated and expires, and fp when a claim brought a fingerprint.
 //
 //	pk        S     prefix + ":{" + scope + "}" + key
-//	st        S     started, completed, failed, retry
+//	st        S     started, completed, failed, retry, or forgotten (an operator
+//	                removed the record: its fence, error history and notes kept)
 //	own       S     the owner token of the running attempt
 //	fence     N     +1 on every claim and takeover, never reset while the item lives
 //	attempts  N     attempts counted against the maximum
@@ -35,6 +36,10 @@ import (
 //	hs        M     the last error again, its text cut to lua.HistoryText bytes
 //	h1..h3    M     older errors, newest first, cut likewise (NULL: none)
 //	created   N     unix s of the first claim (the claiming worker's clock)
+//	notes     L     the operator notes, newest first (at most lua.NotesLen): maps
+//	                of t (N, unix s) and m (S, at most lua.MaxNoteText bytes); absent
+//	                until an operator changes the record, then kept by every
+//	                transition until the record expires
 //	updated   N     unix s of the last transition
 //	expires   N     unix s: the TTL attribute; a started record lives lease +
 //	                retention from its claim or renewal, a settled one the
@@ -47,6 +52,7 @@ const (
 	stateDone    = "completed"
 	stateFailed  = "failed"
 	stateRetry   = "retry"
+	stateForgot  = "forgotten"
 )
 
 // item is a decoded record item.
@@ -66,6 +72,7 @@ type item struct {
 	created   int64                   // unix s
 	updated   int64                   // unix s
 	expires   int64                   // unix s
+	notes     []consumer.OperatorNote // newest first
 }
 
 // live reports whether the item has not expired at nowMs.
@@ -86,14 +93,15 @@ func numAV(n int64) types.AttributeValue {
 func strAV(s string) types.AttributeValue { return &types.AttributeValueMemberS{Value: s} }
 
 var (
-	avNull  types.AttributeValue = &types.AttributeValueMemberNULL{Value: true}
-	avTrue  types.AttributeValue = &types.AttributeValueMemberBOOL{Value: true}
-	avZero                       = numAV(0)
-	avOne                        = numAV(1)
-	avStart                      = strAV(stateStarted)
-	avDone                       = strAV(stateDone)
-	avFail                       = strAV(stateFailed)
-	avRetry                      = strAV(stateRetry)
+	avNull   types.AttributeValue = &types.AttributeValueMemberNULL{Value: true}
+	avTrue   types.AttributeValue = &types.AttributeValueMemberBOOL{Value: true}
+	avZero                        = numAV(0)
+	avOne                         = numAV(1)
+	avStart                       = strAV(stateStarted)
+	avDone                        = strAV(stateDone)
+	avFail                        = strAV(stateFailed)
+	avRetry                       = strAV(stateRetry)
+	avForgot                      = strAV(stateForgot)
 )
 
 // ceilSec is ms rounded up to whole seconds: an expiry in the TTL attribute

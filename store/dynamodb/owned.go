@@ -107,6 +107,12 @@ func (st *Store) Peek(ctx context.Context, key consumer.Key) (consumer.Record, e
 	if !it.live(now) {
 		return rec, nil
 	}
+	return it.record(key, now, st.s.Retention), nil
+}
+
+// record is the live item it as Peek answers it, read at now (unix ms).
+func (it *item) record(key consumer.Key, now int64, retention time.Duration) consumer.Record {
+	rec := consumer.Record{Key: key, Now: time.UnixMilli(now)}
 	rec.Found, rec.State, rec.Owner, rec.Fence, rec.Attempts = true, it.state, it.owner, it.fence, it.attempts
 	rec.Fingerprint, rec.Dropped = it.fp, it.dropped
 	if it.state == stateDone && it.dropped == "" {
@@ -119,7 +125,7 @@ func (st *Store) Peek(ctx context.Context, key consumer.Key) (consumer.Record, e
 	rec.TTL = time.Duration(it.expires*1000-now) * time.Millisecond
 	if it.state == stateStarted {
 		rec.LeaseUntil = time.UnixMilli(it.lease)
-		rec.Retention = st.s.Retention
+		rec.Retention = retention
 	}
-	return rec, nil
+	return rec
 }

@@ -92,7 +92,7 @@ func (st *Store) settle(ctx context.Context, s *consumer.Settlement) consumer.Se
 			remove += ", res"
 		default:
 			set += ", res = :res"
-			vals[":res"] = &types.AttributeValueMemberB{Value: append([]byte(nil), s.Result...)}
+			vals[":res"] = &types.AttributeValueMemberB{Value: append([]byte{}, s.Result...)}
 			remove += ", dropped"
 		}
 	default:
@@ -147,7 +147,8 @@ func (st *Store) settledAgain(s *consumer.Settlement, m map[string]types.Attribu
 }
 
 // putCompleted writes s's completed record whole, if the record is the
-// caller's live started claim with the fingerprint s carries.
+// caller's live started claim with the fingerprint s carries and no operator
+// notes (which the whole item would drop).
 func (st *Store) putCompleted(ctx context.Context, s *consumer.Settlement, pk string, now int64) (bool, map[string]types.AttributeValue, error) {
 	item := map[string]types.AttributeValue{
 		attrPK: strAV(pk), "st": avDone, "fence": numAV(s.Fence), "attempts": numAV(int64(s.Attempts)),
@@ -162,10 +163,11 @@ func (st *Store) putCompleted(ctx context.Context, s *consumer.Settlement, pk st
 			"size", len(s.Result), "limit", MaxResult)
 		item["dropped"] = strAV(strconv.Itoa(len(s.Result)))
 	default:
-		item["res"] = &types.AttributeValueMemberB{Value: append([]byte(nil), s.Result...)}
+		item["res"] = &types.AttributeValueMemberB{Value: append([]byte{}, s.Result...)}
 	}
 	vals := map[string]types.AttributeValue{":st": avStart, ":own": strAV(s.Owner), ":now": numAV(now / 1000)}
-	cond := "st = :st AND own = :own AND expires > :now AND "
+	// A record with operator notes is completed by the update, which keeps them.
+	cond := "st = :st AND own = :own AND expires > :now AND attribute_not_exists(notes) AND "
 	if s.Fingerprint.IsZero() {
 		cond += "attribute_not_exists(fp)"
 	} else {
