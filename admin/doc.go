@@ -9,17 +9,19 @@
 //
 // The Inspector works on any store with the methods of the Store interface
 // declared here: consumer.RedisStore (one server, a Sentinel-managed primary, a
-// Redis Cluster, whose every primary is scanned, or a Ring, whose every shard is)
-// and consumer.MemoryStore. The stores implement the methods in package consumer
-// (where the record layout is known); this package declares the small interface it
-// needs, so another store gains the Inspector by adding the three methods.
+// Redis Cluster, whose every primary is scanned, or a Ring, whose every shard is),
+// consumer.MemoryStore, and the PostgreSQL store (store/postgres: NewStore and
+// NewPartitionedStore). The stores implement the methods where the record layout
+// is known; this package declares the small interface it needs, so another store
+// gains the Inspector by adding the four methods.
 //
 // # Listing and counting
 //
 // List and Stats walk the records with bounded steps: on Redis, one SCAN ... COUNT
 // n on one primary and one pipeline of plain GET and PTTL commands for the keys it
 // returned, never KEYS and never a script, so the server serves other clients
-// between the commands. A List page ends at Query.Limit records (default 100) or
+// between the commands; on PostgreSQL, one statement that walks the (scope, key)
+// index from the last key of the step before, in key order. A List page ends at Query.Limit records (default 100) or
 // Query.MaxExamined keys examined, whichever comes first, and returns a cursor to
 // continue from. Like SCAN, a complete listing returns every record that existed
 // throughout it at least once and may return one twice; a record that enters the

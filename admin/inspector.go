@@ -12,9 +12,9 @@ import (
 )
 
 // Store is what the Inspector needs of a store: the operator SPI.
-// consumer.RedisStore, consumer.MemoryStore and the DynamoDB store
-// (store/dynamodb) implement it; package admintest is its conformance suite,
-// which every implementation runs.
+// consumer.RedisStore, consumer.MemoryStore, the PostgreSQL stores
+// (store/postgres) and the DynamoDB store (store/dynamodb) implement it;
+// package admintest is its conformance suite, which every implementation runs.
 type Store interface {
 	// Settings returns the store's options (its scope and retention).
 	Settings() consumer.Settings
@@ -47,7 +47,7 @@ type Inspector struct {
 // New returns an Inspector over store.
 func New(store Store) (*Inspector, error) {
 	if store == nil {
-		return nil, invalid("nil store: pass a *consumer.RedisStore or *consumer.MemoryStore")
+		return nil, invalid("nil store: pass a *consumer.RedisStore, a *consumer.MemoryStore or a *postgres.Store")
 	}
 	if s := store.Settings(); s.Scope == "" {
 		return nil, invalid("the store has no settings: make it with its constructor and check the error")

@@ -36,7 +36,8 @@
 // leases and retention on the database server's clock (clock_timestamp()), owner
 // compare-and-set on every transition, fence and attempts, fingerprint conflicts,
 // the last errors kept, and the same answers to calls sent again after a lost
-// reply. Records live in idemkit_records, keyed by SHA-256 of scope and key.
+// reply. Records live in idemkit_records, keyed by SHA-256 of scope and key (the
+// key itself is kept beside it, for the operator's scan).
 // Claims are not attempts: a started record keeps whether its claim is counted
 // (sent with consumer.Claim.Start, or marked so since by its owner), and a
 // takeover charges an attempt, or exhausts the key on the last one, only for a
@@ -51,6 +52,20 @@
 // under a stricter default_transaction_isolation they stay correct but meet more
 // serialization failures (retryable errors) when keys are contended. An expired row reads as absent; Reap deletes both tables'
 // expired rows.
+//
+// # The operator plane
+//
+// Both stores implement admin.Store, so admin.Inspector and the idemkit CLI list,
+// inspect, unstick, forget and rerun their records, in any scope of the table,
+// with the Redis store's semantics. Each change (ChangeRecord) is one statement
+// that locks the live row, checks the fence the operator saw and the state, and
+// changes the row; its note ("<op> by <actor>: <reason>") goes first in the
+// record's notes (the newest 8), which every later transition keeps, completion
+// included. A scan (ScanRecords) is paged by a keyset cursor, the last scope and
+// key of the page before: each page is one walk of the (scope, key) index from
+// there, at most ScanQuery.Count rows, never an offset and never a sort. Rows
+// written before migration 007 (which added the key) are listed from their next
+// claim on; PeekRecords and ChangeRecord reach them by key meanwhile.
 //
 // # Time-partitioned records
 //

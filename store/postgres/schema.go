@@ -39,9 +39,11 @@ const (
 var columns = map[string][]string{
 	completionsTable: {"key_hash", "scope", "fence", "result", "completed_at", "expires_at"},
 	recordsTable: {"key_hash", "scope", "state", "owner", "fence", "attempts", "fp", "lease_ms", "result", "dropped",
-		"permanent", "locked", "created_ms", "updated_ms", "expires_ms", "errs", "err_at", "written_ms"},
+		"permanent", "locked", "created_ms", "updated_ms", "expires_ms", "errs", "err_at", "written_ms", "key", "notes",
+		"note_at"},
 	partitionedTable: {"key_hash", "scope", "state", "owner", "fence", "attempts", "fp", "lease_ms", "result", "dropped",
-		"permanent", "locked", "created_ms", "updated_ms", "expires_ms", "errs", "err_at", "written_ms"},
+		"permanent", "locked", "created_ms", "updated_ms", "expires_ms", "errs", "err_at", "written_ms", "key", "notes",
+		"note_at"},
 }
 
 // probe is a statement that reads every column of table and no row: it fails

@@ -30,37 +30,41 @@ import "strings"
 // time-partitioned idemkit_records_by_time.
 type statements struct {
 	insert, claim, settle, complete, extend, release, state, peek string
+	// the operator's (operator_statements.go)
+	operate, peekMany, scanAll, scanScope string
 }
 
 func statementsOn(table string) statements {
 	on := func(sql string) string { return strings.ReplaceAll(sql, "idemkit_records", table) }
 	return statements{insert: on(insertSQL), claim: on(claimSQL), settle: on(settleSQL), complete: on(completeSQL),
-		extend: on(extendSQL), release: on(releaseSQL), state: on(stateSQL), peek: on(peekSQL)}
+		extend: on(extendSQL), release: on(releaseSQL), state: on(stateSQL), peek: on(peekSQL),
+		operate: on(operateSQL), peekMany: on(peekManySQL), scanAll: on(scanAllSQL), scanScope: on(scanScopeSQL)}
 }
 
 // insertSQL: $1 key hashes, $2 owners, $3 fingerprints (NULL when off), $4
 // claimed under a lock, $5 lease ms, $6 retention ms, $7 scope, $8 counted (the
-// claim's Start). The claim of keys that have no row, the common case, in a plain
-// insert: a row per key inserted (its hash and its creation time). The other keys
-// (a row is there, live or expired) go to claimSQL.
+// claim's Start), $9 keys. The claim of keys that have no row, the common case, in
+// a plain insert: a row per key inserted (its hash and its creation time). The
+// other keys (a row is there, live or expired) go to claimSQL.
 const insertSQL = `INSERT INTO idemkit_records (key_hash, scope, state, owner, fence, attempts, fp, lease_ms, locked,
-	counted, created_ms, updated_ms, expires_ms, written_ms)
+	counted, created_ms, updated_ms, expires_ms, written_ms, key)
 SELECT c.k, $7, 'started', c.c_owner, 1, 1, c.c_fp, clock.now + $5, c.c_locked, c.c_start, clock.now, clock.now,
-	clock.now + $5 + $6, clock.now
+	clock.now + $5 + $6, clock.now, c.c_key
 FROM (SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now) clock,
-	unnest($1::bytea[], $2::text[], $3::bytea[], $4::bool[], $8::bool[]) AS c(k, c_owner, c_fp, c_locked, c_start)
+	unnest($1::bytea[], $2::text[], $3::bytea[], $4::bool[], $8::bool[], $9::bytea[]) AS c(k, c_owner, c_fp, c_locked, c_start, c_key)
 ORDER BY c.k
 ON CONFLICT (key_hash) DO NOTHING
 RETURNING key_hash, created_ms`
 
 // claimSQL: $1 key hashes, $2 owners, $3 fingerprints (NULL when off), $4 claimed
 // under a lock, $5 lease ms, $6 retention ms, $7 max attempts, $8 scope, $9
-// counted (the claim's Start). One row per item: its index, the decision, whether
-// it took effect (false only when a concurrent claim inserted the key first), and
-// the record after the claim.
+// counted (the claim's Start), $10 keys. One row per item: its index, the
+// decision, whether it took effect (false only when a concurrent claim inserted
+// the key first), and the record after the claim.
 //
 // Decisions, as the memory and Redis stores make them: fresh (no live row: a new
-// record), conflict (another fingerprint), completed, failed, exhaust (a retry
+// record; an expired row's operator notes go with it), afresh (a record an
+// operator forgot: a new record at the next fence, its notes kept), conflict (another fingerprint), completed, failed, exhaust (a retry
 // with no attempt left), claim (a retry), own (the caller's claim, asked again;
 // sent with Start, it marks the claim counted), busy (a live lease), expire (a
 // counted claim whose lease ran out on the last attempt: failed, with an error),
@@ -78,9 +82,10 @@ const claimSQL = `WITH clock AS MATERIALIZED (
 ), cur AS MATERIALIZED (
 	SELECT * FROM idemkit_records WHERE key_hash = ANY($1::bytea[]) ORDER BY key_hash FOR UPDATE
 ), src AS MATERIALIZED (
-	SELECT c.i, c.k, c.c_owner, c.c_fp, c.c_locked, c.c_start, clock.now, r.key_hash IS NOT NULL AS present, r.*,
+	SELECT c.i, c.k, c.c_owner, c.c_fp, c.c_locked, c.c_start, c.c_key, clock.now, r.key_hash IS NOT NULL AS present, r.*,
 		CASE
 			WHEN r.key_hash IS NULL OR r.expires_ms <= clock.now THEN 'fresh'
+			WHEN r.state = 'forgotten' THEN 'afresh'
 			WHEN c.c_fp IS NOT NULL AND r.fp IS NOT NULL AND r.fp <> c.c_fp THEN 'conflict'
 			WHEN r.state = 'completed' THEN 'completed'
 			WHEN r.state = 'failed' THEN 'failed'
@@ -91,7 +96,8 @@ const claimSQL = `WITH clock AS MATERIALIZED (
 			WHEN r.counted AND r.attempts >= $7 THEN 'expire'
 			ELSE 'takeover'
 		END AS d0
-	FROM unnest($1::bytea[], $2::text[], $3::bytea[], $4::bool[], $9::bool[]) WITH ORDINALITY AS c(k, c_owner, c_fp, c_locked, c_start, i)
+	FROM unnest($1::bytea[], $2::text[], $3::bytea[], $4::bool[], $9::bool[], $10::bytea[])
+		WITH ORDINALITY AS c(k, c_owner, c_fp, c_locked, c_start, c_key, i)
 	CROSS JOIN clock
 	LEFT JOIN cur r ON r.key_hash = c.k
 ), dec AS MATERIALIZED (
@@ -99,50 +105,53 @@ const claimSQL = `WITH clock AS MATERIALIZED (
 		THEN (SELECT ARRAY[p.result] FROM idemkit_completions p WHERE p.key_hash = s.k) END AS done
 	FROM src s
 ), nxt AS MATERIALIZED (
-	SELECT s.i, s.k, s.d, s.present, s.now,
-		s.d IN ('fresh', 'claim', 'takeover') AS claims,
+	SELECT s.i, s.k, s.d, s.present, s.now, s.c_key AS key,
+		s.d IN ('fresh', 'afresh', 'claim', 'takeover') AS claims,
 		s.d IN ('exhaust', 'expire', 'recover') AS ends,
 		s.d = 'own' AND s.c_start AND NOT s.counted AS marks,
-		CASE WHEN s.d IN ('fresh', 'claim', 'takeover') THEN 'started' WHEN s.d IN ('exhaust', 'expire') THEN 'failed'
+		CASE WHEN s.d IN ('fresh', 'afresh', 'claim', 'takeover') THEN 'started' WHEN s.d IN ('exhaust', 'expire') THEN 'failed'
 			WHEN s.d = 'recover' THEN 'completed' ELSE s.state END AS state,
-		CASE WHEN s.d IN ('fresh', 'claim', 'takeover') THEN s.c_owner WHEN s.d IN ('exhaust', 'expire', 'recover') THEN '' ELSE s.owner END AS owner,
-		CASE WHEN s.d = 'fresh' THEN 1 WHEN s.d IN ('claim', 'takeover') THEN s.fence + 1 ELSE s.fence END AS fence,
-		CASE WHEN s.d = 'fresh' THEN 1 WHEN s.d = 'claim' OR s.d = 'takeover' AND s.counted THEN s.attempts + 1
+		CASE WHEN s.d IN ('fresh', 'afresh', 'claim', 'takeover') THEN s.c_owner WHEN s.d IN ('exhaust', 'expire', 'recover') THEN '' ELSE s.owner END AS owner,
+		CASE WHEN s.d = 'fresh' THEN 1 WHEN s.d IN ('afresh', 'claim', 'takeover') THEN s.fence + 1 ELSE s.fence END AS fence,
+		CASE WHEN s.d IN ('fresh', 'afresh') THEN 1 WHEN s.d = 'claim' OR s.d = 'takeover' AND s.counted THEN s.attempts + 1
 			ELSE s.attempts END AS attempts,
-		CASE WHEN s.d = 'fresh' THEN s.c_fp WHEN s.d IN ('claim', 'takeover') THEN coalesce(s.fp, s.c_fp) ELSE s.fp END AS fp,
-		CASE WHEN s.d IN ('fresh', 'claim', 'takeover') THEN s.now + $5 WHEN s.d IN ('exhaust', 'expire', 'recover') THEN 0
+		CASE WHEN s.d IN ('fresh', 'afresh') THEN s.c_fp WHEN s.d IN ('claim', 'takeover') THEN coalesce(s.fp, s.c_fp) ELSE s.fp END AS fp,
+		CASE WHEN s.d IN ('fresh', 'afresh', 'claim', 'takeover') THEN s.now + $5 WHEN s.d IN ('exhaust', 'expire', 'recover') THEN 0
 			ELSE s.lease_ms END AS lease_ms,
-		CASE WHEN s.d = 'fresh' THEN NULL WHEN s.d = 'recover' THEN s.done[1] ELSE s.result END AS result,
-		CASE WHEN s.d IN ('fresh', 'recover') THEN '' ELSE s.dropped END AS dropped,
-		CASE WHEN s.d IN ('fresh', 'recover') THEN '{}'::text[]
+		CASE WHEN s.d IN ('fresh', 'afresh') THEN NULL WHEN s.d = 'recover' THEN s.done[1] ELSE s.result END AS result,
+		CASE WHEN s.d IN ('fresh', 'afresh', 'recover') THEN '' ELSE s.dropped END AS dropped,
+		CASE WHEN s.d IN ('fresh', 'afresh', 'recover') THEN '{}'::text[]
 			WHEN s.d = 'expire' THEN ARRAY['lease expired during the last allowed attempt']
 				|| CASE WHEN cardinality(s.errs) > 0 THEN ARRAY[left(s.errs[1], 256)] || s.errs[2:3] ELSE '{}'::text[] END
 			ELSE s.errs END AS errs,
-		CASE WHEN s.d IN ('fresh', 'recover') THEN '{}'::bigint[]
+		CASE WHEN s.d IN ('fresh', 'afresh', 'recover') THEN '{}'::bigint[]
 			WHEN s.d = 'expire' THEN ARRAY[s.now / 1000] || s.err_at[1:3]
 			ELSE s.err_at END AS err_at,
-		CASE WHEN s.d IN ('fresh', 'exhaust', 'expire', 'recover') THEN false ELSE s.permanent END AS permanent,
-		CASE WHEN s.d IN ('fresh', 'claim', 'takeover') THEN s.c_locked WHEN s.d IN ('exhaust', 'expire', 'recover') THEN false
+		CASE WHEN s.d IN ('fresh', 'afresh', 'exhaust', 'expire', 'recover') THEN false ELSE s.permanent END AS permanent,
+		CASE WHEN s.d IN ('fresh', 'afresh', 'claim', 'takeover') THEN s.c_locked WHEN s.d IN ('exhaust', 'expire', 'recover') THEN false
 			ELSE s.locked END AS locked,
-		CASE WHEN s.d IN ('fresh', 'claim', 'takeover') THEN s.c_start ELSE s.counted OR s.d = 'own' AND s.c_start END AS counted,
-		CASE WHEN s.d = 'fresh' THEN s.now ELSE s.created_ms END AS created_ms,
-		CASE WHEN s.d IN ('fresh', 'claim', 'takeover', 'exhaust', 'expire', 'recover')
+		CASE WHEN s.d IN ('fresh', 'afresh', 'claim', 'takeover') THEN s.c_start ELSE s.counted OR s.d = 'own' AND s.c_start END AS counted,
+		CASE WHEN s.d IN ('fresh', 'afresh') THEN s.now ELSE s.created_ms END AS created_ms,
+		CASE WHEN s.d IN ('fresh', 'afresh', 'claim', 'takeover', 'exhaust', 'expire', 'recover')
 			OR s.d = 'own' AND s.c_start AND NOT s.counted THEN s.now ELSE s.updated_ms END AS updated_ms,
-		CASE WHEN s.d IN ('fresh', 'claim', 'takeover') THEN s.now + $5 + $6 WHEN s.d IN ('exhaust', 'expire', 'recover') THEN s.now + $6
-			ELSE s.expires_ms END AS expires_ms
+		CASE WHEN s.d IN ('fresh', 'afresh', 'claim', 'takeover') THEN s.now + $5 + $6 WHEN s.d IN ('exhaust', 'expire', 'recover') THEN s.now + $6
+			ELSE s.expires_ms END AS expires_ms,
+		CASE WHEN s.d = 'fresh' THEN '{}'::text[] ELSE s.notes END AS notes,
+		CASE WHEN s.d = 'fresh' THEN '{}'::bigint[] ELSE s.note_at END AS note_at
 	FROM (SELECT *, CASE WHEN done IS NOT NULL THEN 'recover' ELSE d0 END AS d FROM dec) s
 ), upd AS (
 	UPDATE idemkit_records t SET state = n.state, owner = n.owner, fence = n.fence, attempts = n.attempts, fp = n.fp,
 		lease_ms = n.lease_ms, result = n.result, dropped = n.dropped, errs = n.errs, err_at = n.err_at,
 		permanent = n.permanent, locked = n.locked, counted = n.counted, created_ms = n.created_ms,
-		updated_ms = n.updated_ms, expires_ms = n.expires_ms, written_ms = n.now
+		updated_ms = n.updated_ms, expires_ms = n.expires_ms, written_ms = n.now, key = n.key, notes = n.notes,
+		note_at = n.note_at
 	FROM nxt n
 	WHERE t.key_hash = n.k AND n.present AND (n.claims OR n.ends OR n.marks)
 ), ins AS (
 	INSERT INTO idemkit_records (key_hash, scope, state, owner, fence, attempts, fp, lease_ms, result, dropped, errs,
-		err_at, permanent, locked, counted, created_ms, updated_ms, expires_ms, written_ms)
+		err_at, permanent, locked, counted, created_ms, updated_ms, expires_ms, written_ms, key)
 	SELECT n.k, $8, n.state, n.owner, n.fence, n.attempts, n.fp, n.lease_ms, n.result, n.dropped, n.errs, n.err_at,
-		n.permanent, n.locked, n.counted, n.created_ms, n.updated_ms, n.expires_ms, n.now
+		n.permanent, n.locked, n.counted, n.created_ms, n.updated_ms, n.expires_ms, n.now, n.key
 	FROM nxt n WHERE NOT n.present ORDER BY n.k
 	ON CONFLICT DO NOTHING
 	RETURNING key_hash

@@ -117,7 +117,7 @@ func (st *Store) run(ctx context.Context, op, sql string, lock bool, scan func(p
 		}
 	}
 	if st.partitioned {
-		return st.queryTx(ctx, op, sql, scan, lock, args...)
+		return st.queryTx(ctx, txCall{op: op, sql: sql, plans: []string{partitionedPlans}, lock: lock, scan: scan, args: args})
 	}
 	ctx, cancel := context.WithTimeout(ctx, st.s.CallTimeout)
 	defer cancel()
@@ -147,19 +147,33 @@ const partitionedPlans = `SELECT set_config('plan_cache_mode', 'force_custom_pla
 	set_config('enable_seqscan', 'off', true), set_config('enable_hashjoin', 'off', true),
 	set_config('enable_mergejoin', 'off', true)`
 
-// queryTx runs sql as query does, in a READ COMMITTED transaction with
-// partitionedPlans, behind its keys' advisory locks when lock is set: BEGIN, the
-// settings, the locks, sql and COMMIT go to the server together, in one round
-// trip.
-func (st *Store) queryTx(ctx context.Context, op, sql string, scan func(pgx.Rows) error, lock bool, args ...any) error {
+// txCall is one statement queryTx runs: sql with args, each row handed to scan,
+// after the planner settings plans (statements of set_config calls), behind the
+// advisory locks of its keys (args[0]) when lock is set.
+type txCall struct {
+	op, sql string
+	plans   []string
+	lock    bool
+	scan    func(pgx.Rows) error
+	args    []any
+}
+
+// queryTx runs a call as query does, in a READ COMMITTED transaction with its
+// planner settings, behind its keys' advisory locks when it asks for them: BEGIN,
+// the settings, the locks, the statement and COMMIT go to the server together, in
+// one round trip.
+func (st *Store) queryTx(ctx context.Context, c txCall) error {
+	op, sql, scan, args := c.op, c.sql, c.scan, c.args
 	ctx, cancel := context.WithTimeout(ctx, st.s.CallTimeout)
 	defer cancel()
 	b := &pgx.Batch{}
 	// READ COMMITTED whatever the server's default: each statement's snapshot is
 	// then taken after the locks before it are granted.
 	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
-	b.Queue(partitionedPlans)
-	if lock {
+	for _, p := range c.plans {
+		b.Queue(p)
+	}
+	if c.lock {
 		hashes := args[0].([][]byte)
 		locks := make([]int64, len(hashes))
 		for i, h := range hashes {

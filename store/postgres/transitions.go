@@ -97,10 +97,11 @@ func (st *Store) insert(ctx context.Context, claims []consumer.Claim, hashes [][
 	s := st.s
 	n := len(round)
 	ks, owners, fps, locked, starts := make([][]byte, n), make([]string, n), make([][]byte, n), make([]bool, n), make([]bool, n)
+	keys := make([][]byte, n)
 	at := make(map[string]int, n)
 	for j, i := range round {
 		c := claims[i]
-		ks[j], owners[j], locked[j], starts[j] = hashes[i], c.Owner, c.Locked, c.Start
+		ks[j], owners[j], locked[j], starts[j], keys[j] = hashes[i], c.Owner, c.Locked, c.Start, []byte(c.Key)
 		if !c.Fingerprint.IsZero() {
 			fps[j] = append([]byte(nil), c.Fingerprint[:]...)
 		}
@@ -117,7 +118,7 @@ func (st *Store) insert(ctx context.Context, claims []consumer.Claim, hashes [][
 		out[i] = consumer.ClaimReply{Status: consumer.StatusAcquired, Fence: 1, Attempts: 1, Lease: s.Lease,
 			Created: created(createdMs), Fingerprint: claims[i].Fingerprint}
 		return nil
-	}, ks, owners, fps, locked, s.Lease.Milliseconds(), s.Retention.Milliseconds(), s.Scope, starts)
+	}, ks, owners, fps, locked, s.Lease.Milliseconds(), s.Retention.Milliseconds(), s.Scope, starts, keys)
 	if err != nil {
 		return round, err
 	}
@@ -136,9 +137,10 @@ func (st *Store) claim(ctx context.Context, claims []consumer.Claim, hashes [][]
 	s := st.s
 	n := len(round)
 	ks, owners, fps, locked, starts := make([][]byte, n), make([]string, n), make([][]byte, n), make([]bool, n), make([]bool, n)
+	keys := make([][]byte, n)
 	for j, i := range round {
 		c := claims[i]
-		ks[j], owners[j], locked[j], starts[j] = hashes[i], c.Owner, c.Locked, c.Start
+		ks[j], owners[j], locked[j], starts[j], keys[j] = hashes[i], c.Owner, c.Locked, c.Start, []byte(c.Key)
 		if !c.Fingerprint.IsZero() {
 			fps[j] = append([]byte(nil), c.Fingerprint[:]...)
 		}
@@ -163,7 +165,7 @@ func (st *Store) claim(ctx context.Context, claims []consumer.Claim, hashes [][]
 		}
 		rep := consumer.ClaimReply{Fence: fence, Attempts: int(attempts), Created: created(createdMs)}
 		switch d {
-		case "fresh", "claim":
+		case "fresh", "afresh", "claim":
 			rep.Status, rep.Lease = consumer.StatusAcquired, s.Lease
 		case "takeover":
 			rep.Status, rep.Lease = consumer.StatusTakenOver, s.Lease
@@ -185,7 +187,7 @@ func (st *Store) claim(ctx context.Context, claims []consumer.Claim, hashes [][]
 		}
 		out[i] = rep
 		return nil
-	}, ks, owners, fps, locked, s.Lease.Milliseconds(), s.Retention.Milliseconds(), s.MaxAttempts, s.Scope, starts)
+	}, ks, owners, fps, locked, s.Lease.Milliseconds(), s.Retention.Milliseconds(), s.MaxAttempts, s.Scope, starts, keys)
 	return lost, err
 }
 
