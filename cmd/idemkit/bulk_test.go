@@ -99,18 +99,19 @@ func records(t *testing.T, in *admin.Inspector) map[consumer.Key]string {
 // the execution must be given; the execution unsticks exactly the other 35.
 func TestBulkUnstickDeadReplicaCLI(t *testing.T) {
 	addr, prefix := testenv.RedisAddr(t), testenv.Prefix(t)
-	bulkUnstickDeadReplica(t, []string{"--redis", addr, "--prefix", prefix}, redisStores(t, prefix))
+	bulkUnstickDeadReplica(t, nil, []string{"--redis", addr, "--prefix", prefix}, redisStores(t, prefix))
 }
 
 // bulkUnstickDeadReplica runs the dead replica's bulk unstick through the command
-// on the store storeFlags name, which mk makes stores on.
-func bulkUnstickDeadReplica(t *testing.T, storeFlags []string, mk newStoreFunc) {
+// on the store storeFlags name, which mk makes stores on; env is added to the
+// command's environment.
+func bulkUnstickDeadReplica(t *testing.T, env, storeFlags []string, mk newStoreFunc) {
 	dead, store, in := deadReplicaFleet(t, mk)
 	flags := append(slices.Clone(storeFlags), "--scope", "payments")
 	unstick := func(extra ...string) result {
 		t.Helper()
 		args := append(append([]string{"unstick", "--all", "--owner-prefix", "replica-7-", "--lease-ran-out", "--reason", "replica-7 died"}, flags...), extra...)
-		return idemkit(t, args...)
+		return idemkitEnv(t, env, args...)
 	}
 	before := records(t, in)
 
@@ -140,7 +141,7 @@ func bulkUnstickDeadReplica(t *testing.T, storeFlags []string, mk newStoreFunc) 
 		{append([]string{"forget", "--all", "--error-kind", "fatal", "--reason", "r"}, flags...), `error kind "fatal"`},
 		{append([]string{"unstick", "--all", "--reason", "r"}, storeFlags...), "no --scope was given"},
 	} {
-		expect(t, idemkit(t, tc.args...), exitUsage, tc.want)
+		expect(t, idemkitEnv(t, env, tc.args...), exitUsage, tc.want)
 	}
 	if after := records(t, in); fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Fatal("a preview or a refused command changed records")
@@ -183,7 +184,7 @@ func bulkUnstickDeadReplica(t *testing.T, storeFlags []string, mk newStoreFunc) 
 	if changed != 35 {
 		t.Fatalf("%d records unstuck", changed)
 	}
-	expect(t, idemkit(t, append([]string{"inspect", "dead-07"}, flags...)...), exitOK, "retry", "unstick by tester: replica-7 died")
+	expect(t, idemkitEnv(t, env, append([]string{"inspect", "dead-07"}, flags...)...), exitOK, "retry", "unstick by tester: replica-7 died")
 	expect(t, unstick(), exitOK, "0 records match", "nothing to do")
 	expect(t, unstick("--execute", "0"), exitOK, "0 planned: 0 applied, 0 moved, 0 wrong state, 0 not found")
 }

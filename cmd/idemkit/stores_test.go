@@ -146,7 +146,7 @@ func TestStuckKeyUnstuckPostgresEnv(t *testing.T) {
 // exact counts as on Redis.
 func TestBulkUnstickDeadReplicaPostgres(t *testing.T) {
 	dsn := pgSchema(t, false)
-	bulkUnstickDeadReplica(t, []string{"--postgres", dsn}, pgStores(t, dsn))
+	bulkUnstickDeadReplica(t, nil, []string{"--postgres", dsn}, pgStores(t, dsn))
 }
 
 // Picking the store: two are a usage error that names them, a flag of another
