@@ -12,9 +12,9 @@ import (
 )
 
 // Store is what the Inspector needs of a store: the operator SPI.
-// consumer.RedisStore, consumer.MemoryStore, the PostgreSQL stores
-// (store/postgres) and the DynamoDB store (store/dynamodb) implement it;
-// package admintest is its conformance suite, which every implementation runs.
+// consumer.RedisStore, consumer.MemoryStore, the PostgreSQL store
+// (store/postgres) and the DynamoDB store (store/dynamodb) implement it; package
+// admintest is its conformance suite, which every implementation runs.
 type Store interface {
 	// Settings returns the store's options (its scope and retention).
 	Settings() consumer.Settings

@@ -40,10 +40,10 @@ func (st *Store) ChangeRecord(ctx context.Context, c consumer.OperatorChange) (c
 		return consumer.OperatorReply{}, err
 	}
 	if c.Op < consumer.OpUnstick || c.Op > consumer.OpRerun {
-		return consumer.OperatorReply{}, fmt.Errorf("postgres: operator op %d: use consumer.OpUnstick, OpForget or OpRerun", c.Op)
+		return consumer.OperatorReply{}, fmt.Errorf("%w: postgres: operator op %d: use consumer.OpUnstick, OpForget or OpRerun", consumer.ErrInvalidConfig, c.Op)
 	}
 	if c.Fence < 0 {
-		return consumer.OperatorReply{}, fmt.Errorf("postgres: %s: fence %d: give 0 (any) or the fence the record holds", c.Op, c.Fence)
+		return consumer.OperatorReply{}, fmt.Errorf("%w: postgres: %s: fence %d: give 0 (any) or the fence the record holds", consumer.ErrInvalidConfig, c.Op, c.Fence)
 	}
 	note := storableText(lua.CapNote(c.Note))
 	out := consumer.OperatorReply{Status: consumer.ChangeNotFound}
@@ -139,7 +139,8 @@ func (st *Store) ScanRecords(ctx context.Context, q consumer.ScanQuery) (consume
 			return consumer.ScanPage{}, err
 		}
 		if q.Scope != "" && s != q.Scope {
-			return consumer.ScanPage{}, fmt.Errorf("postgres: scan cursor %q is of scope %q, not %q: start again with an empty cursor", q.Cursor, s, q.Scope)
+			return consumer.ScanPage{}, fmt.Errorf("%w: postgres: scan cursor %q is of scope %q, not %q: start again with an empty cursor",
+				consumer.ErrInvalidConfig, q.Cursor, s, q.Scope)
 		}
 		afterScope, afterKey = s, k
 	}
@@ -207,7 +208,7 @@ func formatCursor(scope string, key []byte) string {
 }
 
 func parseCursor(c string) (string, []byte, error) {
-	bad := fmt.Errorf("postgres: scan cursor %q is not one a scan of this store returned: start again with an empty cursor", c)
+	bad := fmt.Errorf("%w: postgres: scan cursor %q is not one a scan of this store returned: start again with an empty cursor", consumer.ErrInvalidConfig, c)
 	rest, ok := strings.CutPrefix(c, cursorPrefix)
 	if !ok {
 		return "", nil, bad
