@@ -48,11 +48,15 @@ prints one table: the begin and complete scripts called directly one message at 
 time (the floor), ExecuteIdempotently one message at a time, and ExecuteBatch with
 -b messages per call. Latency is per message for the first two and per batch for
 the last. It writes records under "<prefix>-bench-<run>" with a 10 s lease and a
-one-minute retention, so they are gone about 70 s after the run.`,
+one-minute retention, so they are gone about 70 s after the run. It measures
+Redis only, and refuses --postgres and --dynamodb (exit 2).`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if n < 1 || bn < 1 || b < 1 {
 				return usagef("--messages, --batch-n and --batch-size take at least 1")
+			}
+			if err := a.needsRedis("bench"); err != nil {
+				return err
 			}
 			client, err := a.redisClient()
 			if err != nil {
@@ -69,7 +73,7 @@ one-minute retention, so they are gone about 70 s after the run.`,
 			}
 			ctx := cmd.Context()
 			if err := store.Load(ctx); err != nil {
-				return a.redisErr(err)
+				return a.storeErr(err)
 			}
 			ns := uuid.New()
 			keys := func(lane string, k int) []consumer.Key {
@@ -87,7 +91,7 @@ one-minute retention, so they are gone about 70 s after the run.`,
 				for lo := 0; lo < len(ks); lo += per {
 					t := time.Now()
 					if err := body(ks[lo:min(lo+per, len(ks))]); err != nil {
-						return lane{}, fmt.Errorf("%s: %w", name, a.redisErr(err))
+						return lane{}, fmt.Errorf("%s: %w", name, a.storeErr(err))
 					}
 					lat = append(lat, time.Since(t))
 				}

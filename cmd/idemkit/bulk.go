@@ -102,17 +102,17 @@ func (e refusedError) Error() string { return e.msg }
 // bulk previews, and with --execute makes, op on every record b selects.
 func (a *app) bulk(cmd *cobra.Command, op consumer.OperatorOp, b *bulkFlags, actor, reason string) error {
 	name := op.String()
-	store, err := a.writeStore(name + " --all")
+	store, err := a.writeStore(cmd.Context(), name+" --all")
 	if err != nil {
 		return err
 	}
-	in, err := a.inspector(store)
+	in, err := a.inspector(cmd.Context(), store)
 	if err != nil {
 		return err
 	}
 	plan, err := in.Preview(cmd.Context(), admin.Bulk{Op: op, Filter: b.filter(a.scope), Actor: actor, Reason: reason, Max: b.max, Sample: b.sample})
 	if err != nil {
-		return a.redisErr(err)
+		return a.storeErr(err)
 	}
 	if !cmd.Flags().Changed("execute") {
 		return a.printBulkPreview(plan)
@@ -130,7 +130,7 @@ func (a *app) bulk(cmd *cobra.Command, op consumer.OperatorOp, b *bulkFlags, act
 		err = perr
 	}
 	if err != nil {
-		return a.redisErr(err)
+		return a.storeErr(err)
 	}
 	if n := rep.Moved + rep.WrongState + rep.NotFound; n > 0 {
 		return refusedError{fmt.Sprintf("%s --all: %d of %d records were left alone (moved %d, wrong state %d, not found %d): they changed since the preview; preview again to see them",

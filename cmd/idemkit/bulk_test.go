@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -12,23 +13,30 @@ import (
 	"github.com/idemkit/idemkit/internal/testenv"
 )
 
-// deadReplicaFleet fills scope payments with the 36 stuck keys of replica-7
-// (dead-00..35, started, leases run out) among 100 others: 5 stuck keys of
-// replica-70, 25 live claims of replica-3 (an hour's lease), 40 completed, 20
-// failed for good and 10 to retry. It returns the dead claims and an Inspector.
-func deadReplicaFleet(t *testing.T, addr, prefix string) (map[consumer.Key]consumer.ClaimReply, *consumer.RedisStore, *admin.Inspector) {
-	t.Helper()
-	ctx := context.Background()
+// newStoreFunc makes a store on scope payments with the given lease.
+type newStoreFunc func(lease time.Duration) recordStore
+
+// redisStores makes Redis stores on scope payments under prefix.
+func redisStores(t *testing.T, prefix string) newStoreFunc {
 	c := testenv.Redis(t)
-	mk := func(lease time.Duration) *consumer.RedisStore {
+	return func(lease time.Duration) recordStore {
 		s, err := consumer.NewRedisStore(c, consumer.WithPrefix(prefix), consumer.WithScope("payments"), consumer.WithLease(lease))
 		if err != nil {
 			t.Fatal(err)
 		}
 		return s
 	}
+}
+
+// deadReplicaFleet fills scope payments with the 36 stuck keys of replica-7
+// (dead-00..35, started, leases run out) among 100 others: 5 stuck keys of
+// replica-70, 25 live claims of replica-3 (an hour's lease), 40 completed, 20
+// failed for good and 10 to retry. It returns the dead claims and an Inspector.
+func deadReplicaFleet(t *testing.T, mk newStoreFunc) (map[consumer.Key]consumer.ClaimReply, recordStore, *admin.Inspector) {
+	t.Helper()
+	ctx := context.Background()
 	short, long := mk(20*time.Millisecond), mk(time.Hour)
-	claim := func(s *consumer.RedisStore, prefix, owner string, n int) map[consumer.Key]consumer.ClaimReply {
+	claim := func(s recordStore, prefix, owner string, n int) map[consumer.Key]consumer.ClaimReply {
 		out := make(map[consumer.Key]consumer.ClaimReply)
 		for i := range n {
 			k := consumer.Key(fmt.Sprintf("%s-%02d", prefix, i))
@@ -91,12 +99,19 @@ func records(t *testing.T, in *admin.Inspector) map[consumer.Key]string {
 // the execution must be given; the execution unsticks exactly the other 35.
 func TestBulkUnstickDeadReplicaCLI(t *testing.T) {
 	addr, prefix := testenv.RedisAddr(t), testenv.Prefix(t)
-	dead, store, in := deadReplicaFleet(t, addr, prefix)
-	flags := []string{"--redis", addr, "--prefix", prefix, "--scope", "payments"}
+	bulkUnstickDeadReplica(t, nil, []string{"--redis", addr, "--prefix", prefix}, redisStores(t, prefix))
+}
+
+// bulkUnstickDeadReplica runs the dead replica's bulk unstick through the command
+// on the store storeFlags name, which mk makes stores on; env is added to the
+// command's environment.
+func bulkUnstickDeadReplica(t *testing.T, env, storeFlags []string, mk newStoreFunc) {
+	dead, store, in := deadReplicaFleet(t, mk)
+	flags := append(slices.Clone(storeFlags), "--scope", "payments")
 	unstick := func(extra ...string) result {
 		t.Helper()
 		args := append(append([]string{"unstick", "--all", "--owner-prefix", "replica-7-", "--lease-ran-out", "--reason", "replica-7 died"}, flags...), extra...)
-		return idemkit(t, args...)
+		return idemkitEnv(t, env, args...)
 	}
 	before := records(t, in)
 
@@ -124,9 +139,9 @@ func TestBulkUnstickDeadReplicaCLI(t *testing.T) {
 		{append([]string{"unstick", "--all", "--fence", "3", "--reason", "r"}, flags...), "--fence goes with one KEY"},
 		{append([]string{"rerun", "--all", "--state", "started", "--reason", "r"}, flags...), "rerun changes only records in state completed, failed"},
 		{append([]string{"forget", "--all", "--error-kind", "fatal", "--reason", "r"}, flags...), `error kind "fatal"`},
-		{[]string{"unstick", "--all", "--reason", "r", "--redis", addr, "--prefix", prefix}, "no --scope was given"},
+		{append([]string{"unstick", "--all", "--reason", "r"}, storeFlags...), "no --scope was given"},
 	} {
-		expect(t, idemkit(t, tc.args...), exitUsage, tc.want)
+		expect(t, idemkitEnv(t, env, tc.args...), exitUsage, tc.want)
 	}
 	if after := records(t, in); fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Fatal("a preview or a refused command changed records")
@@ -169,7 +184,7 @@ func TestBulkUnstickDeadReplicaCLI(t *testing.T) {
 	if changed != 35 {
 		t.Fatalf("%d records unstuck", changed)
 	}
-	expect(t, idemkit(t, append([]string{"inspect", "dead-07"}, flags...)...), exitOK, "retry", "unstick by tester: replica-7 died")
+	expect(t, idemkitEnv(t, env, append([]string{"inspect", "dead-07"}, flags...)...), exitOK, "retry", "unstick by tester: replica-7 died")
 	expect(t, unstick(), exitOK, "0 records match", "nothing to do")
 	expect(t, unstick("--execute", "0"), exitOK, "0 planned: 0 applied, 0 moved, 0 wrong state, 0 not found")
 }

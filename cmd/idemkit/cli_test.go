@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -73,7 +74,7 @@ func idemkitEnv(t *testing.T, env []string, args ...string) result {
 	cmd := exec.Command(bin, args...)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
-	cmd.Env = append(append(os.Environ(), "USER=tester"), env...)
+	cmd.Env = append(append(hermetic(os.Environ()), "USER=tester"), env...)
 	err := cmd.Run()
 	r := result{stdout: out.String(), stderr: errOut.String()}
 	var ee *exec.ExitError
@@ -84,6 +85,24 @@ func idemkitEnv(t *testing.T, env []string, args ...string) result {
 		t.Fatal(err)
 	}
 	return r
+}
+
+// storeEnv are the variables that pick a store: the tests' own environment may
+// hold them (IDEMKIT_POSTGRES_DSN and IDEMKIT_DYNAMODB_ENDPOINT name the test
+// servers), so the binary sees only those a test gives it.
+var storeEnv = []string{"IDEMKIT_REDIS_ADDR", "IDEMKIT_POSTGRES_DSN", "IDEMKIT_POSTGRES_PARTITIONED", "IDEMKIT_DYNAMODB_TABLE",
+	"IDEMKIT_DYNAMODB_ENDPOINT"}
+
+// hermetic is environ without storeEnv.
+func hermetic(environ []string) []string {
+	var out []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !slices.Contains(storeEnv, name) {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 func expect(t *testing.T, r result, code int, contains ...string) {

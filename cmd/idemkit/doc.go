@@ -1,7 +1,8 @@
 // Command idemkit operates the idempotency records of services built on idemkit:
 // it inspects, lists and counts records, unsticks, forgets and reruns keys, derives
 // keys from business ids, measures the deployment's Redis, and plans and runs
-// replays of old messages.
+// replays of old messages. Records may be in Redis (the default), PostgreSQL or
+// DynamoDB.
 //
 // Install it with
 //
@@ -12,7 +13,8 @@
 //	inspect KEY                      one record: state, owner, fence, attempts, lease left,
 //	                                 fingerprint, times, result size, error history
 //	list [--state S] [--older-than D] [--limit N] [--cursor C]
-//	                                 records by state and age (bounded SCANs on every primary)
+//	                                 records by state and age (bounded scans; on Redis,
+//	                                 SCANs on every primary)
 //	stats [--max-records N]          counts by state, the oldest started record (sampled past N)
 //	unstick KEY --reason TEXT        end a started claim whose owner is gone
 //	forget KEY --reason TEXT         remove a record, keeping its fence
@@ -22,6 +24,7 @@
 //	                                 a preview, or with --execute N the change
 //	keygen NS PARTS...               the key consumer.NewKey(NS, PARTS...) derives
 //	bench                            floor / ExecuteIdempotently / ExecuteBatch on this Redis
+//	                                 (Redis only)
 //	plan (--jsonl F | --topic T | --queue Q)
 //	                                 what a replay would do, read-only
 //	replay ... --exec CMD [--execute]
@@ -60,6 +63,44 @@
 // Every command prints a table or, with --json, JSON on standard output; list
 // prints its count, and replay its progress, to standard error.
 //
+// # Stores
+//
+// Records live in Redis unless a flag or its environment variable names another
+// store:
+//
+//	--postgres DSN [IDEMKIT_POSTGRES_DSN]   PostgreSQL (postgres.NewStore), a pgx
+//	                                        connection string; the service migrates
+//	                                        the tables (postgres.Migrate), the command
+//	                                        never does. Its schema, if not public,
+//	                                        goes in the DSN: ...&search_path=idemkit
+//	--postgres-partitioned [IDEMKIT_POSTGRES_PARTITIONED]
+//	                                        the time-partitioned table
+//	                                        (postgres.NewPartitionedStore)
+//	--dynamodb TABLE [IDEMKIT_DYNAMODB_TABLE]
+//	                                        DynamoDB (the store/dynamodb module); the
+//	                                        region and credentials are the AWS SDK's
+//	                                        (config.LoadDefaultConfig: AWS_REGION,
+//	                                        AWS_PROFILE, the instance's role, ...)
+//	--dynamodb-endpoint URL [IDEMKIT_DYNAMODB_ENDPOINT]
+//	                                        DynamoDB Local or dynalite (region
+//	                                        us-east-1 unless the SDK finds one; such a
+//	                                        server still wants some credentials, any)
+//
+// One store per command: two of --redis, --postgres and --dynamodb is a usage
+// error (exit 2) that names them; so are two stores named only by the
+// environment (IDEMKIT_REDIS_ADDR, IDEMKIT_POSTGRES_DSN, IDEMKIT_DYNAMODB_TABLE),
+// and a flag of one kind of store (--cluster, --postgres-partitioned,
+// --dynamodb-endpoint, ...) given with another. A store flag wins over the
+// environment's other stores. --prefix is the service's WithPrefix on Redis and
+// DynamoDB; PostgreSQL keys records by scope and key alone.
+//
+// Every record command works on every store, through the operator interface
+// (admin.Store) and the store interface (consumer.Store) that each store
+// implements: inspect, list, stats, unstick, forget and rerun, one KEY or
+// --all, and plan, replay and redrive. stats counts every key on the server
+// only on Redis. bench measures Redis itself and refuses the other stores
+// (exit 2).
+//
 // # Connections
 //
 // Redis: --redis host:port [IDEMKIT_REDIS_ADDR], --cluster with seed nodes
@@ -73,7 +114,7 @@
 // --kafka-tls-ca [IDEMKIT_KAFKA_TLS_CA], --kafka-sasl PLAIN|SCRAM-SHA-256|SCRAM-SHA-512
 // [IDEMKIT_KAFKA_SASL], --kafka-username, --kafka-password [IDEMKIT_KAFKA_USERNAME,
 // IDEMKIT_KAFKA_PASSWORD]. RabbitMQ: --amqp-url [IDEMKIT_AMQP_URL], amqps:// for
-// TLS, credentials and vhost in the URL. Every Redis call, and each connection
+// TLS, credentials and vhost in the URL. Every store call, and each connection
 // attempt, is bounded by --timeout [IDEMKIT_TIMEOUT].
 //
 // # Scopes
@@ -102,8 +143,8 @@
 //	   --execute N whose count differs from the preview's or exceeds --max, or
 //	   that left records alone because they moved on; or the replay's retention
 //	   guard stopped it (--accept-beyond-retention)
-//	5  Redis, Kafka or RabbitMQ did not answer (a replay stops after the first
-//	   batch the store did not answer)
+//	5  the store (Redis, PostgreSQL, DynamoDB), Kafka or RabbitMQ did not answer
+//	   (a replay stops after the first batch the store did not answer)
 //	6  a replay finished with messages that did not settle (ERROR: retryable
 //	   errors; IN_PROGRESS: held elsewhere) and none of code 7's: run it again to
 //	   retry them
@@ -126,6 +167,8 @@
 // used Go command framework, with POSIX flags, generated help and typed flag
 // errors, kept up by a large community. The replay's progress bar is
 // github.com/schollz/progressbar/v3, small and maintained, with throttled
-// redraws; golang.org/x/term tells whether standard error is a terminal. They live
-// in this module of their own, so services that import idemkit never download them.
+// redraws; golang.org/x/term tells whether standard error is a terminal. The
+// DynamoDB client is configured by github.com/aws/aws-sdk-go-v2/config, the SDK's
+// own loader of regions and credentials. They live in this module of their own,
+// so services that import idemkit never download them.
 package main

@@ -38,7 +38,7 @@ var exitCodes = []struct {
 	{exitUsage, "bad usage or configuration: an unknown flag, a missing argument, a value out of range, or a command that changes records given no --scope or the default one"},
 	{exitNotFound, "no record at the key"},
 	{exitRefused, "refused: the record's state or fence does not allow the change; a bulk --execute N whose count differs from the preview's or exceeds --max, or that left records alone because they moved on; or the replay's retention guard stopped it (--accept-beyond-retention)"},
-	{exitUnreachable, "Redis, Kafka or RabbitMQ did not answer (a replay stops after the first batch the store did not answer)"},
+	{exitUnreachable, "the store (Redis, PostgreSQL, DynamoDB), Kafka or RabbitMQ did not answer (a replay stops after the first batch the store did not answer)"},
 	{exitUnsettled, "a replay finished with messages that did not settle (ERROR: retryable errors; IN_PROGRESS: held elsewhere) and none of code 7's: run it again to retry them"},
 	{exitUnresolved, "a replay finished with messages that running it again will not settle: FAILED (failed for good, their dead letters stand), CONFLICT, CORRUPT, INVALID or QUARANTINE; the output names them"},
 	{exitInterrupted, "interrupted by SIGINT or SIGTERM before it finished (a replay stops after its running commands and saves its checkpoint: run it again to resume)"},

@@ -104,7 +104,7 @@ func (a *app) inspectCmd() *cobra.Command {
 		Short: "show one record: state, owner, fence, attempts, lease left, fingerprint, times, result size, error history and operator notes",
 		Args:  exactArgs(1, "KEY (make one from business ids with: idemkit keygen NS PARTS...)"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			in, err := a.inspector(nil)
+			in, err := a.inspector(cmd.Context(), nil)
 			if err != nil {
 				return err
 			}
@@ -113,7 +113,7 @@ func (a *app) inspectCmd() *cobra.Command {
 				return fmt.Errorf("%w (%s)", err, noScope)
 			}
 			if err != nil {
-				return a.redisErr(err)
+				return a.storeErr(err)
 			}
 			if a.scope == "" {
 				fmt.Fprintf(a.errOut, "idemkit: reading scope %q: %s\n", consumer.DefaultScope, noScope)
@@ -192,10 +192,10 @@ func (a *app) listCmd() *cobra.Command {
 	var cursor string
 	c := &cobra.Command{
 		Use:   "list",
-		Short: "list records by state, age and scope, with bounded SCANs on every primary (never KEYS); every scope unless --scope",
+		Short: "list records by state, age and scope, with bounded scans (on Redis: SCAN on every primary, never KEYS); every scope unless --scope",
 		Args:  exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			in, err := a.inspector(nil)
+			in, err := a.inspector(cmd.Context(), nil)
 			if err != nil {
 				return err
 			}
@@ -203,7 +203,7 @@ func (a *app) listCmd() *cobra.Command {
 				MaxExamined: 1 << 62}
 			page, err := in.List(cmd.Context(), q)
 			if err != nil {
-				return a.redisErr(err)
+				return a.storeErr(err)
 			}
 			if a.json {
 				out := struct {
@@ -232,7 +232,7 @@ func (a *app) listCmd() *cobra.Command {
 	f.DurationVar(&olderThan, "older-than", 0, "keep records in their state at least this long (e.g. 10m)")
 	f.IntVar(&limit, "limit", 100, "stop after this many records; --cursor continues")
 	f.StringVar(&cursor, "cursor", "", "continue a listing where it stopped")
-	f.IntVar(&count, "scan-count", 1000, "keys one SCAN step examines (SCAN's COUNT)")
+	f.IntVar(&count, "scan-count", 1000, "records one scan step examines: SCAN's COUNT on Redis, a page on PostgreSQL and DynamoDB")
 	return c
 }
 
@@ -262,13 +262,13 @@ func (a *app) statsCmd() *cobra.Command {
 		Short: "count records by state, with the oldest started one (sampled past --max-records, and says so)",
 		Args:  exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			in, err := a.inspector(nil)
+			in, err := a.inspector(cmd.Context(), nil)
 			if err != nil {
 				return err
 			}
 			st, err := in.Stats(cmd.Context(), admin.StatsQuery{Scope: a.scope, MaxRecords: maxRecords, ScanCount: count})
 			if err != nil {
-				return a.redisErr(err)
+				return a.storeErr(err)
 			}
 			if a.json {
 				out := map[string]any{"scope": st.Scope, "counts": st.Counts, "records": st.Records, "stale": st.Stale,
@@ -278,7 +278,11 @@ func (a *app) statsCmd() *cobra.Command {
 				}
 				return a.printJSON(out)
 			}
-			fmt.Fprintf(a.out, "records under prefix %q, %s", a.prefix, a.scopeRead())
+			fmt.Fprintf(a.out, "records in %s", a.storeName())
+			if a.backend != backendPostgres { // PostgreSQL keeps no prefix
+				fmt.Fprintf(a.out, " under prefix %q", a.prefix)
+			}
+			fmt.Fprintf(a.out, ", %s", a.scopeRead())
 			if st.Sampled {
 				fmt.Fprintf(a.out, " (SAMPLED: the first %d records the scan met; raise --max-records for a full count)", st.Records)
 			}
@@ -303,7 +307,7 @@ func (a *app) statsCmd() *cobra.Command {
 		},
 	}
 	c.Flags().IntVar(&maxRecords, "max-records", 1_000_000, "stop counting after this many records (the result then says SAMPLED)")
-	c.Flags().IntVar(&count, "scan-count", 1000, "keys one SCAN step examines (SCAN's COUNT)")
+	c.Flags().IntVar(&count, "scan-count", 1000, "records one scan step examines: SCAN's COUNT on Redis, a page on PostgreSQL and DynamoDB")
 	return c
 }
 
@@ -331,17 +335,17 @@ and refuses the default scope "default" (exit 2).
 			if bulk.all {
 				return a.bulk(cmd, op, &bulk, actor, reason)
 			}
-			store, err := a.writeStore(name)
+			store, err := a.writeStore(cmd.Context(), name)
 			if err != nil {
 				return err
 			}
-			in, err := a.inspector(store)
+			in, err := a.inspector(cmd.Context(), store)
 			if err != nil {
 				return err
 			}
 			res, err := fn(in, cmd.Context(), admin.Change{Key: consumer.Key(args[0]), Actor: actor, Reason: reason, Fence: fence})
 			if err != nil {
-				return a.redisErr(err)
+				return a.storeErr(err)
 			}
 			if a.json {
 				return a.printJSON(map[string]any{"op": res.Op, "scope": res.Scope, "key": string(res.Key), "before": res.Before,

@@ -43,7 +43,7 @@ refuses the default scope "default", dry runs included (exit 2).`,
 			if rerun && execute && reason == "" {
 				return usagef("redrive --rerun needs --reason: say why; it is recorded in each record's history")
 			}
-			store, err := a.writeStore("redrive")
+			store, err := a.writeStore(cmd.Context(), "redrive")
 			if err != nil {
 				return err
 			}
@@ -82,7 +82,7 @@ refuses the default scope "default", dry runs included (exit 2).`,
 					fmt.Fprintln(a.out, "dry run: nothing was republished; add --execute")
 				}
 			}
-			return a.redisErr(err)
+			return a.storeErr(err)
 		},
 	}
 	s.add(c)

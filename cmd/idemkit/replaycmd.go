@@ -164,7 +164,7 @@ scope --scope names, or "default" when none is given, and says which. It exits 0
 once the plan is made, whatever the plan finds.`,
 		Args: exactArgs(0, "no arguments (name the source with --jsonl, --topic or --queue)"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			store, err := a.readStore()
+			store, err := a.readStore(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -190,7 +190,7 @@ once the plan is made, whatever the plan finds.`,
 	return c
 }
 
-func (a *app) plan(ctx context.Context, s *sourceFlags, store *consumer.RedisStore) (replay.PlanReport, error) {
+func (a *app) plan(ctx context.Context, s *sourceFlags, store consumer.Store) (replay.PlanReport, error) {
 	opts, err := s.options()
 	if err != nil {
 		return replay.PlanReport{}, err
@@ -200,7 +200,7 @@ func (a *app) plan(ctx context.Context, s *sourceFlags, store *consumer.RedisSto
 		return replay.PlanReport{}, err
 	}
 	plan, err := replay.Plan(ctx, store, src, opts...)
-	return plan, a.redisErr(err)
+	return plan, a.storeErr(err)
 }
 
 func (a *app) printPlan(p replay.PlanReport, s *sourceFlags) {
@@ -300,7 +300,7 @@ ended as code 7 says, else 6 if any ended as code 6 says, else 0.
 			if r.concurrency < 1 || r.rate < 0 {
 				return usagef("--concurrency takes at least 1, --rate 0 (unlimited) or more")
 			}
-			store, err := a.writeStore("replay")
+			store, err := a.writeStore(cmd.Context(), "replay")
 			if err != nil {
 				return err
 			}
@@ -323,7 +323,7 @@ ended as code 7 says, else 6 if any ended as code 6 says, else 0.
 }
 
 // dryRun prints what a replay would do.
-func (a *app) dryRun(ctx context.Context, s *sourceFlags, store *consumer.RedisStore) error {
+func (a *app) dryRun(ctx context.Context, s *sourceFlags, store consumer.Store) error {
 	plan, err := a.plan(ctx, s, store)
 	if err != nil {
 		return err
@@ -339,7 +339,7 @@ func (a *app) dryRun(ctx context.Context, s *sourceFlags, store *consumer.RedisS
 
 // runReplay executes the replay r describes, prints its report, and returns
 // the error its exit code comes from.
-func (a *app) runReplay(ctx context.Context, r *replayRun, store *consumer.RedisStore) error {
+func (a *app) runReplay(ctx context.Context, r *replayRun, store consumer.Store) error {
 	opts, resume, err := r.options()
 	if err != nil {
 		return err
@@ -364,7 +364,7 @@ func (a *app) runReplay(ctx context.Context, r *replayRun, store *consumer.Redis
 	case err != nil && ctx.Err() != nil:
 		return r.interrupted(err)
 	case err != nil:
-		return a.redisErr(err)
+		return a.storeErr(err)
 	}
 	return replayExit(rep.Counts)
 }

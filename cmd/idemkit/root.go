@@ -48,6 +48,12 @@ type app struct {
 
 	amqpURL string
 
+	postgresDSN         string
+	postgresPartitioned bool
+	dynamoTable         string
+	dynamoEndpoint      string
+	backend             backend // the store the records are in: pickStore
+
 	closers []func()
 }
 
@@ -102,10 +108,10 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) int {
 func rootHelp() string {
 	return `idemkit operates the idempotency records of services built on idemkit.
 
-Records live in Redis at <prefix>:{<scope>:<key>}; give the same --prefix and
---scope (WithPrefix, WithScope) as the service. Every flag has an environment
-variable (in brackets).
+Give the store and the --prefix and --scope (WithPrefix, WithScope) the service
+gives. Every flag has an environment variable (in brackets).
 
+` + storeHelp + `
 ` + scopeHelp + `
 ` + exitCodeHelp()
 }
@@ -127,7 +133,7 @@ func (a *app) root() *cobra.Command {
 		Long:          rootHelp(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		PersistentPreRun: func(*cobra.Command, []string) {
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
 			// Secrets come from the environment without showing up as flag defaults in --help.
 			if a.redisPass == "" {
 				a.redisPass = os.Getenv("IDEMKIT_REDIS_PASSWORD")
@@ -135,6 +141,7 @@ func (a *app) root() *cobra.Command {
 			if a.kafkaPass == "" {
 				a.kafkaPass = os.Getenv("IDEMKIT_KAFKA_PASSWORD")
 			}
+			return a.pickStore(cmd.Flags())
 		},
 	}
 	root.CompletionOptions.DisableDefaultCmd = true
@@ -159,7 +166,7 @@ func (a *app) root() *cobra.Command {
 		"scope, as the service's WithScope: required by unstick, forget, rerun, replay and redrive, which refuse \"default\"; when empty, list and stats read every scope, inspect and plan \"default\" [IDEMKIT_SCOPE]")
 	f.DurationVar(&a.retention, "retention", envDuration("IDEMKIT_RETENTION", consumer.DefaultRetention),
 		"the service's retention (WithRetention): what forget and rerun keep records for, and the replay's retention guard [IDEMKIT_RETENTION]")
-	f.DurationVar(&a.timeout, "timeout", envDuration("IDEMKIT_TIMEOUT", 5*time.Second), "bound of each call to Redis [IDEMKIT_TIMEOUT]")
+	f.DurationVar(&a.timeout, "timeout", envDuration("IDEMKIT_TIMEOUT", 5*time.Second), "bound of each call to the store, and of each connection attempt [IDEMKIT_TIMEOUT]")
 	f.StringVar(&a.kafkaBrokers, "kafka-brokers", env("IDEMKIT_KAFKA_BROKERS", "127.0.0.1:9092"), "Kafka seed brokers, comma-separated [IDEMKIT_KAFKA_BROKERS]")
 	f.BoolVar(&a.kafkaTLS, "kafka-tls", envBool("IDEMKIT_KAFKA_TLS"), "connect to Kafka over TLS [IDEMKIT_KAFKA_TLS]")
 	f.StringVar(&a.kafkaCA, "kafka-tls-ca", env("IDEMKIT_KAFKA_TLS_CA", ""), "PEM file of the CA that signed the brokers' certificates [IDEMKIT_KAFKA_TLS_CA]")
@@ -168,6 +175,7 @@ func (a *app) root() *cobra.Command {
 	f.StringVar(&a.kafkaPass, "kafka-password", "", "SASL password [IDEMKIT_KAFKA_PASSWORD, read when the flag is not given]")
 	f.StringVar(&a.amqpURL, "amqp-url", env("IDEMKIT_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"),
 		"RabbitMQ URL; amqps:// for TLS, credentials and vhost in the URL [IDEMKIT_AMQP_URL]")
+	a.addStoreFlags(f)
 
 	root.AddCommand(a.inspectCmd(), a.listCmd(), a.statsCmd(),
 		a.changeCmd(consumer.OpUnstick, "end a started claim whose owner is gone: the next delivery runs the key", (*admin.Inspector).Unstick),
@@ -234,18 +242,18 @@ const noScope = "no --scope was given: give the service's --scope to read its re
 
 // readStore is the store of the commands that only read records one scope at a
 // time (inspect, plan): in the scope --scope names, else in the default one.
-func (a *app) readStore() (*consumer.RedisStore, error) {
+func (a *app) readStore(ctx context.Context) (recordStore, error) {
 	if a.scope == "" {
-		return a.store(consumer.DefaultScope)
+		return a.store(ctx, consumer.DefaultScope)
 	}
-	return a.store(a.scope)
+	return a.store(ctx, a.scope)
 }
 
 // writeStore is the store of a command that changes records or runs commands for
 // messages. It needs the service's --scope: a store on the default scope is
 // refused by consumer.Settings.CheckScope, before anything is read or changed.
-func (a *app) writeStore(command string) (*consumer.RedisStore, error) {
-	s, err := a.readStore()
+func (a *app) writeStore(ctx context.Context, command string) (recordStore, error) {
+	s, err := a.readStore(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -260,39 +268,15 @@ func (a *app) writeStore(command string) (*consumer.RedisStore, error) {
 	return s, nil
 }
 
-// store is the Redis store in scope.
-func (a *app) store(scope string) (*consumer.RedisStore, error) {
-	c, err := a.redisClient()
-	if err != nil {
-		return nil, err
-	}
-	if a.timeout <= 0 {
-		return nil, usagef("--timeout %v: give a positive duration", a.timeout)
-	}
-	s, err := consumer.NewRedisStore(c, consumer.WithPrefix(a.prefix), consumer.WithScope(scope),
-		consumer.WithRetention(a.retention), consumer.WithCallTimeout(a.timeout), consumer.WithEvictionCheck(consumer.EvictionIgnore))
-	if err != nil {
-		return nil, usageError{err}
-	}
-	return s, nil
-}
-
-// redisErr names the Redis address in an error that says it did not answer.
-func (a *app) redisErr(err error) error {
-	if err == nil || !errors.Is(err, consumer.ErrStoreUnavailable) {
-		return err
-	}
-	return fmt.Errorf("the Redis server at %s did not answer (check --redis, --cluster, TLS and auth): %w", a.redisAddrs, err)
-}
-
 // inspector is the operator API over store, or over the read store when store
 // is nil.
-func (a *app) inspector(store *consumer.RedisStore) (*admin.Inspector, error) {
+func (a *app) inspector(ctx context.Context, store admin.Store) (*admin.Inspector, error) {
 	if store == nil {
-		var err error
-		if store, err = a.readStore(); err != nil {
+		s, err := a.readStore(ctx)
+		if err != nil {
 			return nil, err
 		}
+		store = s
 	}
 	return admin.New(store)
 }
