@@ -51,8 +51,9 @@ func newAttempts[T any](store Store, s Settings, sc *scratch, bc batchConfig, fn
 	return a
 }
 
-// add registers item i's claim c, answered by rep, whose call was sent at sent.
-func (a *attempts[T]) add(ctx context.Context, i int, c Claim, rep ClaimReply, sent time.Time) {
+// add registers item i's claim c, answered by rep, whose call was sent at sent;
+// mark says the claim is to be marked counted before its handler starts.
+func (a *attempts[T]) add(ctx context.Context, i int, c Claim, rep ClaimReply, sent time.Time, mark bool) {
 	it := a.items[i]
 	hctx, cancel := context.WithCancelCause(ctx)
 	a.idx = append(a.idx, i)
@@ -61,7 +62,7 @@ func (a *attempts[T]) add(ctx context.Context, i int, c Claim, rep ClaimReply, s
 	a.ctxs = append(a.ctxs, itemCtx{Context: hctx, info: Info{Key: it.Key, Scope: a.s.Scope, Attempt: rep.Attempts, Fence: rep.Fence}})
 	a.leases = append(a.leases, lease{cancel: cancel})
 	a.grants = append(a.grants, rep.Lease)
-	if rep.Status == StatusTakenOver { // rare: the slice is made at the first one
+	if mark { // rare: the slice is made at the first one
 		if a.marks == nil {
 			a.marks = make([]Claim, cap(a.idx))
 		}

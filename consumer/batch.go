@@ -203,16 +203,19 @@ func runPass[T any](ctx context.Context, store Store, s Settings, sc *scratch, i
 		claims[j] = Claim{Key: items[i].Key, Owner: owners[j], Fingerprint: fps[i], Locked: bc.underLock}
 	}
 	sent := time.Now()
-	reps := claimAll(ctx, store, s, claims)
+	reps, resent := claimAll(ctx, store, s, claims)
 	if s.watchClaims() {
 		reportClaim(s, reps, time.Since(sent))
 	}
 	var run, unguarded []int // indexes into pending
 	for j, rep := range reps {
 		i := pending[j]
-		rep = completedElsewhere(ctx, s, items[i].Key, rep)
+		if s.Completions != nil {
+			rep = completedElsewhere(ctx, s, items[i].Key, rep)
+			reps[j] = rep
+		}
 		switch {
-		case rep.Err != nil && s.FailOpen && errors.Is(rep.Err, ErrStoreUnavailable):
+		case rep.Err != nil && s.FailOpen && errors.Is(rep.Err, ErrStoreUnavailable) && !lookupFailed(rep.Err):
 			unguarded = append(unguarded, j)
 		case rep.Err != nil:
 			out[i] = Result[T]{Outcome: Error, Key: items[i].Key, Err: rep.Err}
@@ -231,7 +234,7 @@ func runPass[T any](ctx context.Context, store Store, s Settings, sc *scratch, i
 	if len(run) > 0 {
 		a := newAttempts(store, s, sc, bc, fn, items, out, *stopAt, len(run))
 		for _, j := range run {
-			a.add(ctx, pending[j], claims[j], reps[j], sent)
+			a.add(ctx, pending[j], claims[j], reps[j], sent, needsMark(reps[j], resent, j))
 		}
 		a.run(ctx)
 	}

@@ -1,6 +1,9 @@
 package consumer
 
-import "context"
+import (
+	"context"
+	"errors"
+)
 
 // CompletionLookup finds a key's completion where the handler recorded it beside
 // its effect, in the effect's own transaction (package store/postgres: InTx). A
@@ -16,9 +19,20 @@ type CompletionLookup interface {
 }
 
 // WithCompletions makes l the place where transactional completions are found:
-// see CompletionLookup. Default none.
+// see CompletionLookup. Completions are stored as JSON, so the store must use the
+// JSON codec (the default). Default none.
 func WithCompletions(l CompletionLookup) Option {
 	return optFunc(func(s *Settings) { s.Completions = l })
+}
+
+// opCompletions names a failed completion lookup in its *StoreError.
+const opCompletions = "completions"
+
+// lookupFailed reports whether err is a failed completion lookup: it leaves a
+// key undecided, and never lets WithFailOpen run a key whose attempts are used up.
+func lookupFailed(err error) bool {
+	var se *StoreError
+	return errors.As(err, &se) && se.Op == opCompletions
 }
 
 // completedElsewhere answers a claim that found key's attempts used up (EXHAUSTED,
@@ -37,7 +51,7 @@ func completedElsewhere(ctx context.Context, s Settings, key Key, rep ClaimReply
 	cancel()
 	switch {
 	case err != nil:
-		return ClaimReply{Err: &StoreError{Op: "completions", Err: err}}
+		return ClaimReply{Err: &StoreError{Op: opCompletions, Err: err}}
 	case !found:
 		return rep
 	}

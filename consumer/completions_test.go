@@ -49,3 +49,35 @@ func TestExhaustionFindsTheTransactionalCompletion(t *testing.T) {
 		t.Fatalf("lookup down: %v %v, want a retryable store error", r.Outcome, r.Err)
 	}
 }
+
+// A lookup that fails never lets WithFailOpen run a key whose attempts are used up.
+func TestFailedLookupIsNotFailOpen(t *testing.T) {
+	table := &completionTable{rows: map[consumer.Key][]byte{}}
+	s := must(consumer.NewMemoryStore(consumer.WithMaxAttempts(1), consumer.WithCompletions(table), consumer.WithFailOpen(true)))
+	ctx := context.Background()
+	consumer.ExecuteIdempotently(ctx, s, "poison", nil, func(context.Context) (int, error) { return 0, errors.New("bad") })
+	table.err = errors.New("connection refused")
+	runs := 0
+	for range 3 {
+		r := consumer.ExecuteIdempotently(ctx, s, "poison", nil, func(context.Context) (int, error) { runs++; return 0, nil })
+		if r.Unguarded || !errors.Is(r.Err, consumer.ErrStoreUnavailable) {
+			t.Fatalf("lookup down: %v %v unguarded %v, want a store error, nothing run", r.Outcome, r.Err, r.Unguarded)
+		}
+	}
+	if runs != 0 {
+		t.Fatalf("the exhausted key's handler ran %d times", runs)
+	}
+}
+
+// Completions hold JSON: another codec is refused with what to change.
+func TestCompletionsNeedTheJSONCodec(t *testing.T) {
+	_, err := consumer.NewMemoryStore(consumer.WithCompletions(&completionTable{}), consumer.WithCodec(gobCodec{}))
+	if !errors.Is(err, consumer.ErrInvalidConfig) {
+		t.Fatalf("WithCompletions with another codec: %v, want a configuration error", err)
+	}
+}
+
+type gobCodec struct{}
+
+func (gobCodec) Marshal(any) ([]byte, error) { return nil, nil }
+func (gobCodec) Unmarshal([]byte, any) error { return nil }

@@ -144,6 +144,9 @@ func newSettings(opts []Option) (Settings, error) {
 		s.Logger = slog.New(slog.DiscardHandler)
 	}
 	s.hooks = sortHooks(s.Observers)
+	if _, isJSON := s.Codec.(JSONCodec); s.Completions != nil && !isJSON {
+		return s, configError("WithCompletions with the codec %T: transactional completions hold JSON results, so use the default JSON codec", s.Codec)
+	}
 	return s, s.Validate()
 }
 

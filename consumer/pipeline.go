@@ -287,21 +287,18 @@ func (p *Pipeline[T]) claim(ctx context.Context, batch []*pitem[T]) {
 		claims[i] = Claim{Key: it.Key, Owner: owners[i], Fingerprint: it.fp}
 	}
 	sent := time.Now()
-	reps := claimAll(ctx, p.store, p.s, claims)
+	reps, resent := claimAll(ctx, p.store, p.s, claims)
 	if p.s.watchClaims() {
 		reportClaim(p.s, reps, time.Since(sent))
 	}
 	for i, it := range batch {
 		it.sent = sent
-		var rep ClaimReply
-		if i < len(reps) {
-			rep = reps[i]
-		} else {
-			rep.Err = &StoreError{Op: "begin", Err: errors.New("the store answered fewer claims than it was sent")}
+		rep := reps[i] // claimAll answers every claim
+		if p.s.Completions != nil {
+			rep = completedElsewhere(ctx, p.s, it.Key, rep)
 		}
-		rep = completedElsewhere(ctx, p.s, it.Key, rep)
 		switch {
-		case rep.Err != nil && p.s.FailOpen && errors.Is(rep.Err, ErrStoreUnavailable):
+		case rep.Err != nil && p.s.FailOpen && errors.Is(rep.Err, ErrStoreUnavailable) && !lookupFailed(rep.Err):
 			it.unguarded = rep.Err
 			p.runq <- it
 			p.addWorker()
@@ -316,7 +313,7 @@ func (p *Pipeline[T]) claim(ctx context.Context, batch []*pitem[T]) {
 			it.lease = lease{claim: &it.claim, cancel: hcancel}
 			p.mu.Unlock()
 			it.result = Result[T]{Key: it.Key, Attempt: rep.Attempts, Fence: rep.Fence}
-			if rep.Status == StatusTakenOver {
+			if needsMark(rep, resent, i) {
 				it.mark = &claims[i]
 			}
 			p.keep.add(&it.lease, sent, rep.Lease)

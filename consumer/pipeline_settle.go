@@ -43,8 +43,11 @@ func (p *Pipeline[T]) settle(ctx context.Context, batch []*pitem[T]) {
 		case it.herr != nil && (p.isAbandoned() || it.ctx.Err() != nil):
 			// cut short by Shutdown or by the caller's cancellation (an adapter's
 			// shutdown, revocation or partition loss): not counted
+			// Shutdown's abandon names the pipeline's stop even when the caller's
+			// context ended too (an adapter cancels both): adapters hand such a
+			// message back to the broker as it is.
 			cause := error(ErrPipelineStopped)
-			if it.ctx.Err() != nil {
+			if !p.isAbandoned() {
 				cause = context.Cause(it.ctx)
 			}
 			r.Outcome, r.Err = Error, interrupted(cause, it.herr)

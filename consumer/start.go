@@ -25,15 +25,11 @@ import (
 // not be reached (a *StoreError), or the claim is no longer the caller's.
 func markStart(ctx context.Context, store Store, s Settings, c Claim, fence int64) error {
 	c.Start = true
-	cctx, cancel := context.WithTimeout(ctx, s.CallTimeout)
-	reps := store.Begin(cctx, []Claim{c})
-	cancel()
+	rep := beginBounded(ctx, store, s.CallTimeout, []Claim{c})[0]
 	switch {
-	case len(reps) == 0:
-		return &StoreError{Op: "begin", Err: errors.New("the store answered no claim")}
-	case reps[0].Err != nil:
-		return reps[0].Err
-	case !reps[0].Claimed() || reps[0].Fence != fence:
+	case rep.Err != nil:
+		return rep.Err
+	case !rep.Claimed() || rep.Fence != fence:
 		return &LeaseLostError{Key: c.Key, Fence: fence, Reason: "the claim taken over was lost before its handler started"}
 	}
 	return nil
@@ -43,11 +39,17 @@ func markStart(ctx context.Context, store Store, s Settings, c Claim, fence int6
 // claim the store did not answer (a timeout, a connection lost) may still have
 // been made: it is sent once more with the same owner token, which a store
 // answers with that very claim, so a lost reply costs neither a lease's wait nor
-// an attempt. A claim answered later than its lease less the margin could not be
-// used, which bounds each call.
-func claimAll(ctx context.Context, store Store, s Settings, claims []Claim) []ClaimReply {
+// an attempt. Such a claim is answered ACQUIRED even if its first send took a
+// record over, so resent says which claims were sent again: the engine marks
+// them counted before their handlers start, as it does a takeover. A re-sent
+// claim's Lease is the lease it had left when the second call ran, stated from
+// the first call's send time (the one the engine keeps leases from). A claim
+// answered later than its lease less the margin could not be used, which bounds
+// each call.
+func claimAll(ctx context.Context, store Store, s Settings, claims []Claim) (reps []ClaimReply, resent []bool) {
 	bound := min(s.CallTimeout, s.Lease-LeaseMargin(s.Lease))
-	reps := beginBounded(ctx, store, bound, claims)
+	first := time.Now()
+	reps = beginBounded(ctx, store, bound, claims)
 	var again []int
 	for i := range reps {
 		if errors.Is(reps[i].Err, ErrStoreUnavailable) && mayHaveApplied(reps[i].Err) {
@@ -55,24 +57,41 @@ func claimAll(ctx context.Context, store Store, s Settings, claims []Claim) []Cl
 		}
 	}
 	if len(again) == 0 || ctx.Err() != nil {
-		return reps
+		return reps, nil
 	}
 	retry := make([]Claim, len(again))
 	for j, i := range again {
 		retry[j] = claims[i]
 	}
+	second := time.Now()
+	resent = make([]bool, len(claims))
 	for j, rep := range beginBounded(ctx, store, bound, retry) {
 		if rep.Err == nil {
-			reps[again[j]] = rep
+			if rep.Claimed() {
+				// The record's lease runs from a call that ran after second was sent.
+				rep.Lease += second.Sub(first)
+			}
+			reps[again[j]], resent[again[j]] = rep, true
 		}
 	}
-	return reps
+	return reps, resent
+}
+
+// needsMark reports whether claim i, answered rep, must be marked counted before
+// its handler starts: it took a record over, or it was sent again after a lost
+// reply (and may have).
+func needsMark(rep ClaimReply, resent []bool, i int) bool {
+	return rep.Status == StatusTakenOver || resent != nil && resent[i] && rep.Claimed()
 }
 
 // mayHaveApplied reports whether a call that failed with err may still have run
 // on the store: its reply was lost to a timeout or a broken connection. A refusal
 // the store answered (throttled, out of memory, read-only) was not applied.
 func mayHaveApplied(err error) bool {
+	var oe *net.OpError
+	if errors.Is(err, syscall.ECONNREFUSED) || errors.As(err, &oe) && oe.Op == "dial" {
+		return false // never connected: nothing was sent
+	}
 	var ne net.Error
 	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||

@@ -4,9 +4,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"time"
 
 	"github.com/idemkit/idemkit/consumer"
@@ -194,7 +197,7 @@ func txError(err error) error {
 	switch {
 	case errors.As(err, &pe) && (pe.Code == serializationFailure || pe.Code == deadlockDetected):
 		return fmt.Errorf("postgres: %s (the transaction was rolled back; retried later): %w", pe.Message, err)
-	case !errors.As(err, &pe):
+	case !errors.As(err, &pe) && outOfReach(err):
 		// No answer from the server (connection refused or lost, a timeout): the
 		// database is out of reach, which is an outage, not the handler's attempt.
 		// A commit whose reply was lost may have applied: the next delivery finds
@@ -202,6 +205,16 @@ func txError(err error) error {
 		return consumer.Abandon(&consumer.StoreError{Op: "transactional completion", Err: err})
 	}
 	return fmt.Errorf("postgres: %w", err)
+}
+
+// outOfReach reports whether err says the database could not be reached or
+// stopped answering, rather than something the handler's code did (a
+// transaction it closed itself, rows it left open), which every run would repeat.
+func outOfReach(err error) bool {
+	var ce *pgconn.ConnectError
+	var ne net.Error
+	return errors.As(err, &ce) || pgconn.Timeout(err) || pgconn.SafeToRetry(err) || errors.As(err, &ne) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, driver.ErrBadConn)
 }
 
 // InSQLTx is InTx for database/sql: fn gets a *sql.Tx of db (any PostgreSQL
