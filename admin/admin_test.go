@@ -8,6 +8,8 @@ import (
 	"github.com/idemkit/idemkit/admin/admintest"
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/internal/testenv"
+	"github.com/idemkit/idemkit/store/memory"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -16,7 +18,7 @@ func TestMain(m *testing.M) { testenv.Run(m) }
 func TestOperatorMemory(t *testing.T) {
 	admintest.Run(t, admintest.Fixtures{
 		New: func(t *testing.T, opts ...consumer.Option) (admintest.Store, error) {
-			return consumer.NewMemoryStore(opts...)
+			return memory.NewStore(opts...)
 		},
 	})
 }
@@ -25,10 +27,10 @@ func TestOperatorMemory(t *testing.T) {
 func redisFixtures(c redis.UniversalClient) admintest.Fixtures {
 	return admintest.Fixtures{
 		New: func(t *testing.T, opts ...consumer.Option) (admintest.Store, error) {
-			return consumer.NewRedisStore(c, append([]consumer.Option{consumer.WithPrefix(testenv.Prefix(t))}, opts...)...)
+			return redisstore.NewStore(c, append([]consumer.Option{consumer.WithPrefix(testenv.Prefix(t))}, opts...)...)
 		},
 		Sibling: func(t *testing.T, s admintest.Store, opts ...consumer.Option) (admintest.Store, error) {
-			return consumer.NewRedisStore(c, append([]consumer.Option{consumer.WithPrefix(s.Settings().Prefix)}, opts...)...)
+			return redisstore.NewStore(c, append([]consumer.Option{consumer.WithPrefix(s.Settings().Prefix)}, opts...)...)
 		},
 		Plant: func(t *testing.T, s admintest.Store) []consumer.Key {
 			ctx := context.Background()
@@ -62,7 +64,7 @@ func TestOperatorRedisCluster(t *testing.T) {
 // every primary: the records of one scope are spread over all three.
 func TestClusterScanEveryPrimary(t *testing.T) {
 	cl := testenv.RedisCluster(t).Client(t)
-	s, err := consumer.NewRedisStore(cl, consumer.WithPrefix(testenv.Prefix(t)), consumer.WithScope("svc-a"), consumer.WithLease(time.Hour))
+	s, err := redisstore.NewStore(cl, consumer.WithPrefix(testenv.Prefix(t)), consumer.WithScope("svc-a"), consumer.WithLease(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,8 @@ import (
 	"github.com/idemkit/idemkit/admin"
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/internal/testenv"
+	"github.com/idemkit/idemkit/store/memory"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 )
 
 // bulkStore is a store the bulk actions run on, as the tests drive it.
@@ -53,7 +55,7 @@ type fleetBackend struct {
 func fleetBackends() []fleetBackend {
 	return []fleetBackend{
 		{"memory", func(t *testing.T) (bulkStore, bulkStore, bool) {
-			s, err := consumer.NewMemoryStore(consumer.WithScope(fleetScope), consumer.WithLease(1500*time.Millisecond))
+			s, err := memory.NewStore(consumer.WithScope(fleetScope), consumer.WithLease(1500*time.Millisecond))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -62,7 +64,7 @@ func fleetBackends() []fleetBackend {
 		{"redis", func(t *testing.T) (bulkStore, bulkStore, bool) {
 			c, prefix := testenv.Redis(t), testenv.Prefix(t)
 			mk := func(lease time.Duration) bulkStore {
-				s, err := consumer.NewRedisStore(c, consumer.WithPrefix(prefix), consumer.WithScope(fleetScope), consumer.WithLease(lease))
+				s, err := redisstore.NewStore(c, consumer.WithPrefix(prefix), consumer.WithScope(fleetScope), consumer.WithLease(lease))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -439,7 +441,7 @@ func TestBulkExecuteStopsOnContext(t *testing.T) {
 }
 
 func TestBulkRefusals(t *testing.T) {
-	s, err := consumer.NewMemoryStore(consumer.WithScope(fleetScope))
+	s, err := memory.NewStore(consumer.WithScope(fleetScope))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,9 +8,9 @@
 // # Stores
 //
 // The Inspector works on any store with the methods of the Store interface
-// declared here: consumer.RedisStore (one server, a Sentinel-managed primary, a
+// declared here: redisstore.Store (one server, a Sentinel-managed primary, a
 // Redis Cluster, whose every primary is scanned, or a Ring, whose every shard is),
-// consumer.MemoryStore, and the PostgreSQL store (store/postgres: NewStore and
+// memory.Store, and the PostgreSQL store (store/postgres: NewStore and
 // NewPartitionedStore). The stores implement the methods where the record layout
 // is known; this package declares the small interface it needs, so another store
 // gains the Inspector by adding the four methods.

@@ -7,13 +7,14 @@ import (
 
 	"github.com/idemkit/idemkit/admin"
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/store/memory"
 )
 
 // A replica died holding three claims: preview what unsticking its claims would
 // change, then execute the plan, each record on the fence the preview saw.
 func ExampleInspector_Preview() {
 	ctx := context.Background()
-	store, _ := consumer.NewMemoryStore(consumer.WithScope("payments"), consumer.WithLease(time.Hour))
+	store, _ := memory.NewStore(consumer.WithScope("payments"), consumer.WithLease(time.Hour))
 	for _, c := range []consumer.Claim{{Key: "order-1", Owner: "replica-7-1"}, {Key: "order-2", Owner: "replica-7-2"},
 		{Key: "order-3", Owner: "replica-7-3"}, {Key: "order-4", Owner: "replica-3-1"}} {
 		store.Begin(ctx, []consumer.Claim{c})

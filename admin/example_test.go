@@ -7,13 +7,14 @@ import (
 
 	"github.com/idemkit/idemkit/admin"
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/store/memory"
 )
 
 // A worker died holding a key's claim: find it, unstick it with a reason, and see
 // the reason in the record, which keeps it once the key has run.
 func Example() {
 	ctx := context.Background()
-	store, _ := consumer.NewMemoryStore(consumer.WithScope("payments"), consumer.WithLease(time.Hour))
+	store, _ := memory.NewStore(consumer.WithScope("payments"), consumer.WithLease(time.Hour))
 	// A worker claims order 42 and dies before finishing it.
 	store.Begin(ctx, []consumer.Claim{{Key: "order-42", Owner: "worker-7"}})
 

@@ -9,10 +9,12 @@ import (
 	"unicode/utf8"
 
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/store/memory"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 )
 
 // Store is what the Inspector needs of a store: the operator SPI.
-// consumer.RedisStore, consumer.MemoryStore, the PostgreSQL store
+// redisstore.Store, memory.Store, the PostgreSQL store
 // (store/postgres) and the DynamoDB store (store/dynamodb) implement it; package
 // admintest is its conformance suite, which every implementation runs.
 type Store interface {
@@ -27,15 +29,15 @@ type Store interface {
 }
 
 // KeyCounter is implemented by stores that can say how many keys their server
-// holds in all (consumer.RedisStore); Stats reports it when the store has it.
+// holds in all (redisstore.Store); Stats reports it when the store has it.
 type KeyCounter interface {
 	KeyCount(ctx context.Context) (int64, error)
 }
 
 var (
-	_ Store      = (*consumer.RedisStore)(nil)
-	_ Store      = (*consumer.MemoryStore)(nil)
-	_ KeyCounter = (*consumer.RedisStore)(nil)
+	_ Store      = (*redisstore.Store)(nil)
+	_ Store      = (*memory.Store)(nil)
+	_ KeyCounter = (*redisstore.Store)(nil)
 )
 
 // Inspector reads and changes the records of one store. It is safe for
@@ -47,7 +49,7 @@ type Inspector struct {
 // New returns an Inspector over store.
 func New(store Store) (*Inspector, error) {
 	if store == nil {
-		return nil, invalid("nil store: pass a *consumer.RedisStore, a *consumer.MemoryStore or a *postgres.Store")
+		return nil, invalid("nil store: pass a *redisstore.Store, a *memory.Store or a *postgres.Store")
 	}
 	if s := store.Settings(); s.Scope == "" {
 		return nil, invalid("the store has no settings: make it with its constructor and check the error")

@@ -98,13 +98,13 @@ func failAll[T any](items []BatchItem, err error) []Result[T] {
 func execute[T any](ctx context.Context, store Store, items []BatchItem, fn BatchHandler[T], bc batchConfig) []Result[T] {
 	switch {
 	case store == nil:
-		return failAll[T](items, configError("nil store: pass a store from NewRedisStore or NewMemoryStore"))
+		return failAll[T](items, configError("nil store: pass a store from store/redis, store/postgres, store/dynamodb or store/memory"))
 	case fn == nil:
 		return failAll[T](items, ErrNilHandler)
 	}
 	s := store.Settings()
-	if s.Codec == nil || s.Logger == nil { // a nil *RedisStore, or a Store that skipped its constructor
-		return failAll[T](items, configError("the store has no settings: make it with its constructor (NewRedisStore, NewMemoryStore) and check the error"))
+	if s.Codec == nil || s.Logger == nil { // a nil store pointer, or a Store that skipped its constructor
+		return failAll[T](items, configError("the store has no settings: make it with its package's NewStore and check the error"))
 	}
 	if s.Locker != nil && !bc.locked {
 		return executeLocked(ctx, store, s, items, fn, bc)

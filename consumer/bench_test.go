@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/internal/testenv"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -24,10 +25,10 @@ func benchKeys(b *testing.B, n int) []consumer.Key {
 	return out
 }
 
-func benchStore(b *testing.B) *consumer.RedisStore {
+func benchStore(b *testing.B) *redisstore.Store {
 	c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(b), ContextTimeoutEnabled: true})
 	b.Cleanup(func() { _ = c.Close() })
-	s, err := consumer.NewRedisStore(c, consumer.WithPrefix(testenv.Prefix(b)), consumer.WithEvictionCheck(consumer.EvictionIgnore))
+	s, err := redisstore.NewStore(c, consumer.WithPrefix(testenv.Prefix(b)), redisstore.WithEvictionCheck(redisstore.EvictionIgnore))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/store/memory"
 )
 
 // completionTable is a CompletionLookup over a map, as a transactional completion
@@ -25,7 +26,7 @@ func (c *completionTable) Completed(_ context.Context, _ string, key consumer.Ke
 // duplicate with the committed result, never an exhausted key.
 func TestExhaustionFindsTheTransactionalCompletion(t *testing.T) {
 	table := &completionTable{rows: map[consumer.Key][]byte{}}
-	s := must(consumer.NewMemoryStore(consumer.WithMaxAttempts(1), consumer.WithCompletions(table)))
+	s := must(memory.NewStore(consumer.WithMaxAttempts(1), consumer.WithCompletions(table)))
 	ctx := context.Background()
 	fail := func(context.Context) (int, error) { return 0, errors.New("crashed after the commit") }
 	for _, k := range []consumer.Key{"committed", "not-committed", "unknown"} {
@@ -53,7 +54,7 @@ func TestExhaustionFindsTheTransactionalCompletion(t *testing.T) {
 // A lookup that fails never lets WithFailOpen run a key whose attempts are used up.
 func TestFailedLookupIsNotFailOpen(t *testing.T) {
 	table := &completionTable{rows: map[consumer.Key][]byte{}}
-	s := must(consumer.NewMemoryStore(consumer.WithMaxAttempts(1), consumer.WithCompletions(table), consumer.WithFailOpen(true)))
+	s := must(memory.NewStore(consumer.WithMaxAttempts(1), consumer.WithCompletions(table), consumer.WithFailOpen(true)))
 	ctx := context.Background()
 	consumer.ExecuteIdempotently(ctx, s, "poison", nil, func(context.Context) (int, error) { return 0, errors.New("bad") })
 	table.err = errors.New("connection refused")
@@ -71,7 +72,7 @@ func TestFailedLookupIsNotFailOpen(t *testing.T) {
 
 // Completions hold JSON: another codec is refused with what to change.
 func TestCompletionsNeedTheJSONCodec(t *testing.T) {
-	_, err := consumer.NewMemoryStore(consumer.WithCompletions(&completionTable{}), consumer.WithCodec(gobCodec{}))
+	_, err := memory.NewStore(consumer.WithCompletions(&completionTable{}), consumer.WithCodec(gobCodec{}))
 	if !errors.Is(err, consumer.ErrInvalidConfig) {
 		t.Fatalf("WithCompletions with another codec: %v, want a configuration error", err)
 	}

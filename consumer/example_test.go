@@ -8,6 +8,8 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/google/uuid"
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/store/memory"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -22,7 +24,7 @@ func Example() {
 	defer srv.Close()
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	defer rdb.Close()
-	store, err := consumer.NewRedisStore(rdb, consumer.WithScope("payments"))
+	store, err := redisstore.NewStore(rdb, consumer.WithScope("payments"))
 	if err != nil {
 		panic(err)
 	}
@@ -44,7 +46,7 @@ func Example() {
 }
 
 func ExampleExecuteBatch() {
-	store, _ := consumer.NewMemoryStore()
+	store, _ := memory.NewStore()
 	ctx := context.Background()
 	items := []consumer.BatchItem{
 		{Key: consumer.NewKey(charges, "1"), Payload: []byte("a")},
@@ -64,7 +66,7 @@ func ExampleExecuteBatch() {
 }
 
 func ExamplePermanent() {
-	store, _ := consumer.NewMemoryStore()
+	store, _ := memory.NewStore()
 	ctx := context.Background()
 	key := consumer.NewKey(charges, "declined")
 	decline := func(ctx context.Context) (Receipt, error) {

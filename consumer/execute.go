@@ -10,8 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-
-	"github.com/idemkit/idemkit/lua"
 )
 
 // ExecuteIdempotently runs fn at most once per key in the store's scope, however
@@ -119,7 +117,7 @@ func resolve[T any](s Settings, key Key, rep ClaimReply) Result[T] {
 func fillSettlement(s Settings, st *Settlement, v any, herr error) (dropped bool) {
 	if herr != nil && !errors.Is(herr, ErrAlreadyApplied) {
 		st.Permanent = errors.Is(herr, ErrPermanent)
-		st.Message = lua.CapError(herr.Error())
+		st.Message = CapText(herr.Error(), MaxErrorText)
 		return false
 	}
 	st.Complete = true

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/store/memory"
 )
 
 // A handler cut short by its caller's cancellation (an adapter's shutdown or
@@ -76,7 +77,7 @@ func wantRunsOnceMore(t *testing.T, s consumer.Store, k consumer.Key) {
 // Shutdown may be called twice, and concurrently: every call returns once the
 // pipeline has stopped.
 func TestPipelineShutdownTwice(t *testing.T) {
-	s := must(consumer.NewMemoryStore())
+	s := must(memory.NewStore())
 	ctx := context.Background()
 	p, err := consumer.NewPipeline[int](ctx, s)
 	if err != nil {
@@ -105,7 +106,7 @@ func TestPipelineShutdownTwice(t *testing.T) {
 // still stops once the handler returns: its claim is released uncounted and a
 // later Shutdown reports the pipeline stopped.
 func TestPipelineGivesUpThenStops(t *testing.T) {
-	s := must(consumer.NewMemoryStore(consumer.WithCallTimeout(50*time.Millisecond), consumer.WithMaxAttempts(1)))
+	s := must(memory.NewStore(consumer.WithCallTimeout(50*time.Millisecond), consumer.WithMaxAttempts(1)))
 	ctx := context.Background()
 	p, err := consumer.NewPipeline[int](ctx, s)
 	if err != nil {

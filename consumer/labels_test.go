@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/store/memory"
 )
 
 // The table in LabelValues' doc comment is the vocabulary LabelValues returns.
@@ -136,7 +137,7 @@ func (e *events) OnClaim(c consumer.ClaimEvent) {
 // and not of those their handlers start.
 func TestContextWithSource(t *testing.T) {
 	obs := &events{}
-	s := must(consumer.NewMemoryStore(consumer.WithScope("api"), consumer.WithObserver(obs)))
+	s := must(memory.NewStore(consumer.WithScope("api"), consumer.WithObserver(obs)))
 	ctx := consumer.ContextWithSource(context.Background(), consumer.SourceHTTP)
 	r := consumer.ExecuteIdempotently(ctx, s, "outer", nil, func(hctx context.Context) (int, error) {
 		consumer.ExecuteIdempotently(hctx, s, "inner", nil, func(context.Context) (int, error) { return 2, nil })
@@ -167,7 +168,7 @@ func TestContextWithSource(t *testing.T) {
 // error kind, and the claim that took the crashed owner's record over is counted.
 func TestAlreadyAppliedAfterATakeover(t *testing.T) {
 	obs := &events{}
-	s := must(consumer.NewMemoryStore(consumer.WithScope("ledger"), consumer.WithLease(50*time.Millisecond),
+	s := must(memory.NewStore(consumer.WithScope("ledger"), consumer.WithLease(50*time.Millisecond),
 		consumer.WithWaitInProgress(time.Minute), consumer.WithObserver(obs)))
 	ctx := context.Background()
 	// A worker claims the key and dies before it settles.

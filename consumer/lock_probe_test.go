@@ -7,6 +7,7 @@ import (
 
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/internal/testenv"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 )
 
 // fixedLock is a Locker whose answer is fixed: every lock is granted (true) or
@@ -51,12 +52,12 @@ func (w *watchedStore) Release(ctx context.Context, items []consumer.Owned) []er
 func TestRefusedLockSpendsNoAttempt(t *testing.T) {
 	c := testenv.Redis(t)
 	prefix := testenv.Prefix(t)
-	refused, err := consumer.NewRedisStore(c, consumer.WithPrefix(prefix), consumer.WithMaxAttempts(1),
+	refused, err := redisstore.NewStore(c, consumer.WithPrefix(prefix), consumer.WithMaxAttempts(1),
 		consumer.WithLock(fixedLock(false)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	holder, err := consumer.NewRedisStore(c, consumer.WithPrefix(prefix), consumer.WithMaxAttempts(1),
+	holder, err := redisstore.NewStore(c, consumer.WithPrefix(prefix), consumer.WithMaxAttempts(1),
 		consumer.WithLock(fixedLock(true)))
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/internal/testenv"
+	"github.com/idemkit/idemkit/store/memory"
 )
 
 // tally is an observer of every core hook, counting what it is told.
@@ -196,7 +197,7 @@ func (h headers) Keys() []string {
 // still accepts MarkCompleted.
 func TestTraceHookWrapsHandlers(t *testing.T) {
 	tr := &tracer{}
-	s := must(consumer.NewMemoryStore(consumer.WithObserver(tr)))
+	s := must(memory.NewStore(consumer.WithObserver(tr)))
 	ctx := consumer.ContextWithCarrier(context.Background(), headers{"traceparent": "00-abc-def-01"})
 	var injected headers = headers{}
 	r := consumer.ExecuteIdempotently(ctx, s, "traced", nil, func(hctx context.Context) (string, error) {

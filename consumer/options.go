@@ -40,13 +40,13 @@ type Settings struct {
 	FailOpen       bool
 	WaitInProgress time.Duration
 	CallTimeout    time.Duration
-	EvictionCheck  EvictionCheck
 	Logger         *slog.Logger
 	Locker         Locker
 	Observers      []Observer
 	Completions    CompletionLookup
 
-	hooks *hooks // Observers sorted by hook interface
+	hooks     *hooks      // Observers sorted by hook interface
+	extension map[any]any // what StoreSetting set, by key
 }
 
 // Option configures a store. Every option states its default.
@@ -55,6 +55,22 @@ type Option interface{ apply(*Settings) }
 type optFunc func(*Settings)
 
 func (f optFunc) apply(s *Settings) { f(s) }
+
+// StoreSetting returns an option that carries one store's own setting under key,
+// for a store package to define its options (such as the Redis store's eviction
+// check) beside these. Stores read it back with Settings.StoreSetting; the last
+// value set for a key wins. Use an unexported key type, as with context values.
+func StoreSetting(key, value any) Option {
+	return optFunc(func(s *Settings) {
+		if s.extension == nil {
+			s.extension = map[any]any{}
+		}
+		s.extension[key] = value
+	})
+}
+
+// StoreSetting returns what the StoreSetting option set for key, or nil.
+func (s Settings) StoreSetting(key any) any { return s.extension[key] }
 
 // WithScope sets the scope that keys live in: a service or consumer-group name. Two
 // scopes keep separate records for the same key. Default "default". It may not
@@ -193,8 +209,6 @@ func (s Settings) Validate() error {
 		return configError("nil codec: omit WithCodec for JSON")
 	case s.CallTimeout < time.Millisecond:
 		return configError("call timeout %v: WithCallTimeout takes at least 1ms", s.CallTimeout)
-	case s.EvictionCheck < EvictionWarn || s.EvictionCheck > EvictionIgnore:
-		return configError("eviction check %d: WithEvictionCheck takes EvictionWarn, EvictionRefuse or EvictionIgnore", s.EvictionCheck)
 	case s.WaitInProgress < 0:
 		return configError("wait %v: WithWaitInProgress takes 0 (off) or more", s.WaitInProgress)
 	}

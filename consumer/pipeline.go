@@ -140,7 +140,7 @@ func NewPipeline[T any](ctx context.Context, store Store, opts ...PipelineOption
 	}
 	switch {
 	case store == nil:
-		return nil, configError("nil store: pass a store from NewRedisStore or NewMemoryStore")
+		return nil, configError("nil store: pass a store from store/redis, store/postgres, store/dynamodb or store/memory")
 	case cfg.window < 1, cfg.concurrency < 1, cfg.maxBatch < 1, cfg.calls < 1:
 		return nil, configError("pipeline window %d, handlers %d, max batch %d, calls in flight %d: each takes at least 1",
 			cfg.window, cfg.concurrency, cfg.maxBatch, cfg.calls)

@@ -11,13 +11,15 @@ import (
 
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/internal/testenv"
+	"github.com/idemkit/idemkit/store/memory"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 	"github.com/redis/go-redis/v9"
 )
 
 func pipelineStores(t *testing.T, opts ...consumer.Option) map[string]consumer.Store {
 	return map[string]consumer.Store{
 		"redis":  newRedisStore(t, testenv.Redis(t), opts...),
-		"memory": must(consumer.NewMemoryStore(opts...)),
+		"memory": must(memory.NewStore(opts...)),
 	}
 }
 
@@ -172,7 +174,7 @@ func TestPipelinePartitionedStopsBeforeTakeover(t *testing.T) {
 	px := testenv.NewFaultProxy(t, addr)
 	ca := redis.NewClient(&redis.Options{Addr: px.Addr()})
 	defer ca.Close()
-	storeA := must(consumer.NewRedisStore(ca, consumer.WithPrefix(prefix), consumer.WithLease(lease)))
+	storeA := must(redisstore.NewStore(ca, consumer.WithPrefix(prefix), consumer.WithLease(lease)))
 	storeB := newRedisStoreAt(t, addr, consumer.WithPrefix(prefix), consumer.WithLease(lease))
 	ctx := context.Background()
 	p, err := consumer.NewPipeline[string](ctx, storeA)
@@ -237,10 +239,10 @@ func TestPipelinePartitionedStopsBeforeTakeover(t *testing.T) {
 	}
 }
 
-func newRedisStoreAt(t *testing.T, addr string, opts ...consumer.Option) *consumer.RedisStore {
+func newRedisStoreAt(t *testing.T, addr string, opts ...consumer.Option) *redisstore.Store {
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { _ = c.Close() })
-	return must(consumer.NewRedisStore(c, opts...))
+	return must(redisstore.NewStore(c, opts...))
 }
 
 // Shutdown waits for running handlers until its context ends, then cancels them:
@@ -308,7 +310,7 @@ func TestPipelineShutdown(t *testing.T) {
 // of range, a store with a lock.
 func TestPipelineBadInput(t *testing.T) {
 	ctx := context.Background()
-	s := must(consumer.NewMemoryStore())
+	s := must(memory.NewStore())
 	for _, opts := range [][]consumer.PipelineOption{{consumer.WithHandlers(0)}, {consumer.WithWindow(-1)}, {nil}} {
 		if _, err := consumer.NewPipeline[int](ctx, s, opts...); !errors.Is(err, consumer.ErrInvalidConfig) {
 			t.Fatalf("options %v: %v", opts, err)
@@ -317,7 +319,7 @@ func TestPipelineBadInput(t *testing.T) {
 	if _, err := consumer.NewPipeline[int](ctx, nil); !errors.Is(err, consumer.ErrInvalidConfig) {
 		t.Fatalf("nil store: %v", err)
 	}
-	locked := must(consumer.NewMemoryStore(consumer.WithLock(fixedLock(true))))
+	locked := must(memory.NewStore(consumer.WithLock(fixedLock(true))))
 	if _, err := consumer.NewPipeline[int](ctx, locked); !errors.Is(err, consumer.ErrInvalidConfig) {
 		t.Fatalf("store with a lock: %v", err)
 	}
@@ -350,7 +352,7 @@ func TestPipelineStoreDown(t *testing.T) {
 			px := testenv.NewFaultProxy(t, testenv.RedisAddr(t))
 			c := redis.NewClient(&redis.Options{Addr: px.Addr(), MaxRetries: -1})
 			defer c.Close()
-			s := must(consumer.NewRedisStore(c, consumer.WithPrefix(testenv.Prefix(t)), consumer.WithFailOpen(open),
+			s := must(redisstore.NewStore(c, consumer.WithPrefix(testenv.Prefix(t)), consumer.WithFailOpen(open),
 				consumer.WithCallTimeout(300*time.Millisecond)))
 			px.Refuse()
 			ctx := context.Background()

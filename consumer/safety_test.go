@@ -11,6 +11,8 @@ import (
 
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/internal/testenv"
+	"github.com/idemkit/idemkit/store/memory"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -32,11 +34,11 @@ func runPartition(t *testing.T, lease time.Duration, key consumer.Key) partition
 	defer ca.Close()
 	defer cb.Close()
 	opts := []consumer.Option{consumer.WithPrefix(prefix), consumer.WithLease(lease)}
-	storeA, err := consumer.NewRedisStore(ca, opts...)
+	storeA, err := redisstore.NewStore(ca, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	storeB, err := consumer.NewRedisStore(cb, opts...)
+	storeB, err := redisstore.NewStore(cb, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,8 +292,8 @@ func TestSettlePanicIsContained(t *testing.T) {
 
 // A nil store of a concrete type answers with ErrInvalidConfig everywhere.
 func TestNilStores(t *testing.T) {
-	var rs *consumer.RedisStore
-	var ms *consumer.MemoryStore
+	var rs *redisstore.Store
+	var ms *memory.Store
 	ctx := context.Background()
 	for _, s := range []consumer.Store{rs, ms} {
 		r := consumer.ExecuteIdempotently(ctx, s, "k", nil, func(context.Context) (int, error) {

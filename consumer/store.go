@@ -7,9 +7,10 @@ import (
 	"time"
 )
 
-// Store keeps idempotency records. Two implementations ship: RedisStore (the real
-// one, on the Lua scripts of package lua) and MemoryStore (same semantics, one
-// process). Package consumertest holds the conformance suite every Store must pass.
+// Store keeps idempotency records. Four implementations ship, as peers in the
+// store directory: store/redis (on the Lua scripts of package lua), store/postgres,
+// store/dynamodb and store/memory (one process, for tests and demos). Package
+// consumertest holds the conformance suite every Store must pass.
 //
 // Every method takes a batch and answers item by item, in input order; a failure to
 // reach the store shows in each item's Err as a *StoreError. A store must not keep
@@ -210,7 +211,7 @@ func (f Fingerprint) String() string {
 }
 
 // errNilStore answers every call on a nil store.
-var errNilStore = configError("nil store: make it with NewRedisStore or NewMemoryStore and check their error")
+var errNilStore = configError("nil store: make it with a store package's NewStore and check its error")
 
 // nilStore answers n items of a call on a nil store.
 func nilStore[R any](n int, with func(error) R) []R {

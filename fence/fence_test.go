@@ -12,6 +12,7 @@ import (
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/fence"
 	"github.com/idemkit/idemkit/internal/testenv"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -285,7 +286,7 @@ func TestFenceGuardsWhatTheKeyOwns(t *testing.T) {
 	db := testenv.Postgres(t)
 	ctx := context.Background()
 	tbl := newTable(t, db)
-	store, err := consumer.NewRedisStore(testenv.Redis(t), consumer.WithPrefix(testenv.Prefix(t)),
+	store, err := redisstore.NewStore(testenv.Redis(t), consumer.WithPrefix(testenv.Prefix(t)),
 		consumer.WithScope("ledger"), consumer.WithLease(300*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/fence"
 	"github.com/idemkit/idemkit/lock"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -53,7 +54,7 @@ func jobSetup(nodes []string, storeAddr, prefix string, tries int) (*lock.Locker
 		return nil, nil, nil, err
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: storeAddr})
-	store, err := consumer.NewRedisStore(rdb, consumer.WithPrefix(prefix), consumer.WithScope("reports"),
+	store, err := redisstore.NewStore(rdb, consumer.WithPrefix(prefix), consumer.WithScope("reports"),
 		consumer.WithLease(30*time.Second), consumer.WithLock(l))
 	closeAll := func() {
 		for _, c := range clients {

@@ -11,6 +11,7 @@ import (
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/lock"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -211,7 +212,7 @@ func TestConsumerTakesOverWithoutWaitingForTheLease(t *testing.T) {
 	_, clients := nodes(t, 1)
 	l := newLocker(t, clients, lock.WithExpiry(time.Second), lock.WithTries(1))
 	rdb := testenv.Redis(t)
-	store, err := consumer.NewRedisStore(rdb, consumer.WithPrefix(testenv.Prefix(t)), consumer.WithLease(30*time.Second),
+	store, err := redisstore.NewStore(rdb, consumer.WithPrefix(testenv.Prefix(t)), consumer.WithLease(30*time.Second),
 		consumer.WithLock(l))
 	if err != nil {
 		t.Fatal(err)
@@ -271,7 +272,7 @@ func TestConsumerTakesOverWithoutWaitingForTheLease(t *testing.T) {
 	dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", DialTimeout: 100 * time.Millisecond, MaxRetries: -1})
 	defer dead.Close()
 	nowhere := newLocker(t, []redis.UniversalClient{dead}, lock.WithExpiry(time.Second))
-	s2, _ := consumer.NewRedisStore(rdb, consumer.WithPrefix(testenv.Prefix(t)), consumer.WithLock(nowhere))
+	s2, _ := redisstore.NewStore(rdb, consumer.WithPrefix(testenv.Prefix(t)), consumer.WithLock(nowhere))
 	r = consumer.ExecuteIdempotently(ctx, s2, "k", nil, func(ctx context.Context) (string, error) { t.Error("ran unguarded"); return "", nil })
 	if !errors.Is(r.Err, consumer.ErrStoreUnavailable) || !errors.Is(r.Err, lock.ErrUnreachable) || !r.Retryable() {
 		t.Fatalf("lock nodes down: %v %v", r.Outcome, r.Err)

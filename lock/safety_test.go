@@ -14,6 +14,7 @@ import (
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/lock"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 )
@@ -560,11 +561,11 @@ func withLockTakeover(t *testing.T, lag *timerLag, key consumer.Key) error {
 	lb := newLocker(t, []redis.UniversalClient{direct}, lock.WithExpiry(expiry), lock.WithTries(1))
 	rdb := testenv.Redis(t)
 	prefix := testenv.Prefix(t)
-	storeA, err := consumer.NewRedisStore(rdb, consumer.WithPrefix(prefix), consumer.WithScope("reports"), consumer.WithLock(la))
+	storeA, err := redisstore.NewStore(rdb, consumer.WithPrefix(prefix), consumer.WithScope("reports"), consumer.WithLock(la))
 	if err != nil {
 		t.Fatal(err)
 	}
-	storeB, err := consumer.NewRedisStore(rdb, consumer.WithPrefix(prefix), consumer.WithScope("reports"), consumer.WithLock(lb))
+	storeB, err := redisstore.NewStore(rdb, consumer.WithPrefix(prefix), consumer.WithScope("reports"), consumer.WithLock(lb))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idemkit/idemkit/consumer"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -69,7 +70,7 @@ func (r *Runner) Operate(ctx context.Context, a OperateArgs) (OperateReply, erro
 	default:
 		return OperateReply{}, fmt.Errorf("lua: operate: unknown op %q", a.Op)
 	}
-	note := CapNote(a.Note)
+	note := consumer.CapText(a.Note, MaxNoteText)
 	rep := r.exec(ctx, []call{{script: OperatorScript, keys: []string{a.Key},
 		args: []any{string(a.Op), a.Now, a.Fence, a.Retention.Milliseconds(), note}}})[0]
 	if rep.err != nil {

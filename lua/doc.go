@@ -3,8 +3,9 @@
 // unstick, forget and rerun), one Go handle per script, the record layout, and the
 // decoding of replies into typed values.
 //
-// Nothing else in the module changes idemkit's Redis state: the consumer package's
-// Redis store calls the functions here. Every transition is one script, so no Go code
+// Nothing else in the module changes idemkit's Redis state: the Redis store
+// (package store/redis, the only package of the library that imports this one)
+// calls the functions here. Every transition is one script, so no Go code
 // ever does check-then-set.
 //
 // Scripts take several records per call so that a batch costs one call per hash slot

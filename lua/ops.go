@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemkit/idemkit/consumer"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -312,7 +313,7 @@ type SettleItem struct {
 	Result    []byte
 	Dropped   string // "" when Result is kept, else why not: the size, or "unencodable"
 	Permanent bool
-	Message   string // at most MaxErrorText bytes (see CapError)
+	Message   string // at most MaxErrorText bytes (see consumer.CapText)
 }
 
 // AckReply is the answer of complete, fail, extend or release for one record.
@@ -405,7 +406,7 @@ func failCall(a SettleArgs, b SettleBatch, idx []int, size int) call {
 	for j, i := range idx {
 		it := b.Item(i)
 		keys[j] = it.Key
-		msg := CapError(it.Message)
+		msg := consumer.CapText(it.Message, MaxErrorText)
 		mode := byte('r')
 		if it.Permanent {
 			mode = 'p'

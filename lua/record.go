@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/idemkit/idemkit/consumer"
 )
 
 // Layout v1 of a record value (a Redis string). All integers are big-endian.
@@ -45,22 +47,17 @@ import (
 // retention recorded in it: lease left = PTTL - retention. A settled record lives
 // at least the retention from its completion.
 const (
-	Version    = 1
-	headerLen  = 16
-	fpLen      = 16
-	retLen     = 6
-	maxOwner   = 255
-	HistoryLen = 4
-	// MaxErrorText is the longest error text a record keeps; longer texts are cut
-	// with a marker saying how much was dropped.
-	MaxErrorText = 8 << 10
-	// HistoryText is how much of an older error a record keeps.
-	HistoryText = 256
-	// NotesLen is how many operator notes a record keeps, the newest.
-	NotesLen = 8
-	// MaxNoteText is the longest operator note a record keeps; longer notes are cut
-	// with a marker (a note package admin writes is at most 1,165 bytes).
-	MaxNoteText = 1280
+	Version   = 1
+	headerLen = 16
+	fpLen     = 16
+	retLen    = 6
+	maxOwner  = 255
+	// The limits every store keeps to (see consumer.MaxErrorText).
+	HistoryLen   = consumer.HistoryLen
+	MaxErrorText = consumer.MaxErrorText
+	HistoryText  = consumer.HistoryText
+	NotesLen     = consumer.NotesLen
+	MaxNoteText  = consumer.MaxNoteText
 )
 
 // States of a record.
@@ -279,22 +276,4 @@ func AppendCompleted(b []byte, fence int64, attempts int, fp *[16]byte, created,
 		return append(b, dropped...)
 	}
 	return append(b, result...)
-}
-
-// CapError cuts an error text to MaxErrorText bytes, marking how much was cut.
-func CapError(msg string) string { return capText(msg, MaxErrorText) }
-
-// CapNote cuts an operator's note to MaxNoteText bytes, marking how much was cut.
-func CapNote(note string) string { return capText(note, MaxNoteText) }
-
-func capText(msg string, limit int) string {
-	if len(msg) <= limit {
-		return msg
-	}
-	marker := fmt.Sprintf(" ... [cut from %d bytes]", len(msg))
-	cut := limit - len(marker)
-	for cut > 0 && cut < len(msg) && msg[cut]&0xc0 == 0x80 { // do not split a UTF-8 sequence
-		cut--
-	}
-	return msg[:cut] + marker
 }

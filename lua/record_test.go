@@ -5,7 +5,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-	"unicode/utf8"
 
 	"github.com/idemkit/idemkit/lua"
 )
@@ -42,17 +41,6 @@ func TestRecordLayout(t *testing.T) {
 		if _, err := lua.Decode(bad); !errors.Is(err, lua.ErrNotRecord) {
 			t.Fatalf("Decode(%q) = %v, want ErrNotRecord", bad, err)
 		}
-	}
-}
-
-func TestCapError(t *testing.T) {
-	if got := lua.CapError("short"); got != "short" {
-		t.Fatal(got)
-	}
-	long := strings.Repeat("é", lua.MaxErrorText) // 2 bytes each: a cut may fall inside one
-	got := lua.CapError(long)
-	if len(got) > lua.MaxErrorText || !utf8.ValidString(got) || !strings.Contains(got, "cut from 16384 bytes") {
-		t.Fatalf("capped to %d bytes, valid UTF-8 %v, ends %q", len(got), utf8.ValidString(got), got[len(got)-30:])
 	}
 }
 

@@ -7,13 +7,14 @@ import (
 
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/replay"
+	"github.com/idemkit/idemkit/store/memory"
 )
 
 // Plan a replay of three archived messages, one of which was processed already,
 // then execute it: only the two new ones run.
 func Example() {
 	ctx := context.Background()
-	store, _ := consumer.NewMemoryStore(consumer.WithScope("payments"))
+	store, _ := memory.NewStore(consumer.WithScope("payments"))
 	consumer.ExecuteIdempotently(ctx, store, "order-1", []byte(`{"amount":10}`), func(context.Context) (string, error) {
 		return "charged", nil
 	})

@@ -11,6 +11,7 @@ import (
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/replay"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -26,7 +27,7 @@ func TestExecuteStopsWhenTheStoreDoesNotAnswer(t *testing.T) {
 	proxy := testenv.NewFaultProxy(t, testenv.RedisAddr(t))
 	client := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1})
 	t.Cleanup(func() { _ = client.Close() })
-	store, err := consumer.NewRedisStore(client, consumer.WithPrefix(testenv.Prefix(t)), consumer.WithScope("payments"),
+	store, err := redisstore.NewStore(client, consumer.WithPrefix(testenv.Prefix(t)), consumer.WithScope("payments"),
 		consumer.WithCallTimeout(500*time.Millisecond), consumer.WithLease(2*time.Second))
 	if err != nil {
 		t.Fatal(err)

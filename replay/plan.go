@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/store/memory"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 )
 
 // Verdict is what a plan expects a message's execution to do, or what it did.
@@ -56,15 +58,15 @@ type PlanReport struct {
 }
 
 // Peeker reads many records in one round trip without changing them;
-// consumer.RedisStore and consumer.MemoryStore have it. Plan uses it when the store
+// redisstore.Store and memory.Store have it. Plan uses it when the store
 // has it, and Store.Peek one key at a time otherwise.
 type Peeker interface {
 	PeekRecords(ctx context.Context, scope string, keys []consumer.Key) ([]consumer.AdminRecord, error)
 }
 
 var (
-	_ Peeker = (*consumer.RedisStore)(nil)
-	_ Peeker = (*consumer.MemoryStore)(nil)
+	_ Peeker = (*redisstore.Store)(nil)
+	_ Peeker = (*memory.Store)(nil)
 )
 
 // Named is a Source that names what it reads (a topic range, a file) for reports

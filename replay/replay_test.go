@@ -15,14 +15,15 @@ import (
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/replay"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 func TestMain(m *testing.M) { testenv.Run(m) }
 
-func redisStore(t *testing.T, opts ...consumer.Option) *consumer.RedisStore {
+func redisStore(t *testing.T, opts ...consumer.Option) *redisstore.Store {
 	t.Helper()
-	s, err := consumer.NewRedisStore(testenv.Redis(t), append([]consumer.Option{consumer.WithPrefix(testenv.Prefix(t)),
+	s, err := redisstore.NewStore(testenv.Redis(t), append([]consumer.Option{consumer.WithPrefix(testenv.Prefix(t)),
 		consumer.WithScope("payments")}, opts...)...)
 	if err != nil {
 		t.Fatal(err)

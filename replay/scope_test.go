@@ -9,15 +9,16 @@ import (
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/replay"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // defaultScopeStore is a Redis store left on the default scope, holding one
 // failed key, "order-1", as a service would have recorded it.
-func defaultScopeStore(t *testing.T) *consumer.RedisStore {
+func defaultScopeStore(t *testing.T) *redisstore.Store {
 	t.Helper()
-	store, err := consumer.NewRedisStore(testenv.Redis(t), consumer.WithPrefix(testenv.Prefix(t)))
+	store, err := redisstore.NewStore(testenv.Redis(t), consumer.WithPrefix(testenv.Prefix(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +33,7 @@ func defaultScopeStore(t *testing.T) *consumer.RedisStore {
 
 // expectDefaultScopeRefused checks err is the one refusal every shared entry point
 // gives, and that order-1's record is as the service left it.
-func expectDefaultScopeRefused(t *testing.T, what string, err error, store *consumer.RedisStore) {
+func expectDefaultScopeRefused(t *testing.T, what string, err error, store *redisstore.Store) {
 	t.Helper()
 	if !errors.Is(err, consumer.ErrDefaultScope) || !errors.Is(err, replay.ErrConfig) || !strings.Contains(err.Error(), "consumer.WithScope(") {
 		t.Fatalf("%s on the default scope: %v", what, err)

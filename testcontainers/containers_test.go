@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/idemkit/idemkit/consumer"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 	"github.com/idemkit/idemkit/testcontainers"
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 	amqp091 "github.com/rabbitmq/amqp091-go"
@@ -22,7 +23,7 @@ var testNS = uuid.MustParse("6f1d2c3b-4a5e-4f60-8b71-0c2d3e4f5a6b")
 func TestRedis(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: testcontainers.Redis(t)})
 	defer rdb.Close()
-	store, err := consumer.NewRedisStore(rdb, consumer.WithScope("testcontainers"))
+	store, err := redisstore.NewStore(rdb, consumer.WithScope("testcontainers"))
 	if err != nil {
 		t.Fatal(err)
 	}

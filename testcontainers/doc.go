@@ -4,7 +4,7 @@
 //
 //	func TestCharge(t *testing.T) {
 //		rdb := redis.NewClient(&redis.Options{Addr: testcontainers.Redis(t)})
-//		store, err := consumer.NewRedisStore(rdb, consumer.WithScope("payments-test"))
+//		store, err := redisstore.NewStore(rdb, consumer.WithScope("payments-test"))
 //		...
 //	}
 //

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/idemkit/idemkit/consumer"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 	"github.com/idemkit/idemkit/testcontainers"
 	"github.com/redis/go-redis/v9"
 )
@@ -16,7 +17,7 @@ func ExampleRedis() {
 	testCharge := func(t *testing.T) {
 		rdb := redis.NewClient(&redis.Options{Addr: testcontainers.Redis(t)})
 		defer rdb.Close()
-		store, err := consumer.NewRedisStore(rdb, consumer.WithScope("payments-test"))
+		store, err := redisstore.NewStore(rdb, consumer.WithScope("payments-test"))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -13,6 +13,7 @@ import (
 	idemamqp "github.com/idemkit/idemkit/adapters/amqp"
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/internal/testenv"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 )
@@ -239,7 +240,7 @@ func TestBadInput(t *testing.T) {
 	// dead-lettered, for as long as the store is down.
 	deadRedis := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
 	_ = deadRedis.Close()
-	closed, err := consumer.NewRedisStore(deadRedis, consumer.WithMaxAttempts(4), consumer.WithScope("orders"))
+	closed, err := redisstore.NewStore(deadRedis, consumer.WithMaxAttempts(4), consumer.WithScope("orders"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,7 +292,7 @@ func TestTopologyConflict(t *testing.T) {
 // bound to one fanout exchange would share its records, and the second would take
 // every message the first handled for a DUPLICATE and never run it.
 func TestDefaultScopeRefused(t *testing.T) {
-	onDefault, err := consumer.NewRedisStore(testenv.Redis(t), consumer.WithPrefix(testenv.Prefix(t)))
+	onDefault, err := redisstore.NewStore(testenv.Redis(t), consumer.WithPrefix(testenv.Prefix(t)))
 	if err != nil {
 		t.Fatal(err)
 	}

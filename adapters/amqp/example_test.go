@@ -8,6 +8,7 @@ import (
 
 	idemamqp "github.com/idemkit/idemkit/adapters/amqp"
 	"github.com/idemkit/idemkit/consumer"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 )
@@ -16,7 +17,7 @@ import (
 // cannot be processed ends in orders.dlq.
 func Example() {
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
-	store, err := consumer.NewRedisStore(rdb, consumer.WithScope("fulfilment"))
+	store, err := redisstore.NewStore(rdb, consumer.WithScope("fulfilment"))
 	if err != nil {
 		log.Fatal(err)
 	}

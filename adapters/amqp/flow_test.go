@@ -10,6 +10,7 @@ import (
 	idemamqp "github.com/idemkit/idemkit/adapters/amqp"
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/internal/testenv"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 )
@@ -28,7 +29,7 @@ func TestRedisOutageDeadLettersNothing(t *testing.T) {
 	prefix := testenv.Prefix(t)
 	via := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { _ = via.Close() })
-	store, err := consumer.NewRedisStore(via, consumer.WithPrefix(prefix), consumer.WithScope("fulfilment"),
+	store, err := redisstore.NewStore(via, consumer.WithPrefix(prefix), consumer.WithScope("fulfilment"),
 		consumer.WithLease(time.Minute), consumer.WithCallTimeout(500*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	idemamqp "github.com/idemkit/idemkit/adapters/amqp"
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/internal/testenv"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 )
@@ -47,7 +48,7 @@ func runWorker() error {
 	prefix := os.Getenv(envPrefix)
 	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv(envRedis)})
 	defer rdb.Close()
-	store, err := consumer.NewRedisStore(rdb, consumer.WithPrefix(prefix), consumer.WithScope("fulfilment"),
+	store, err := redisstore.NewStore(rdb, consumer.WithPrefix(prefix), consumer.WithScope("fulfilment"),
 		consumer.WithLease(time.Second))
 	if err != nil {
 		return err

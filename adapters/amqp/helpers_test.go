@@ -13,6 +13,7 @@ import (
 	idemamqp "github.com/idemkit/idemkit/adapters/amqp"
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/internal/testenv"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 )
 
@@ -156,7 +157,7 @@ func newStore(t *testing.T, opts ...consumer.Option) (consumer.Store, *testenv.L
 	t.Helper()
 	c := testenv.Redis(t)
 	prefix := testenv.Prefix(t)
-	s, err := consumer.NewRedisStore(c, append([]consumer.Option{consumer.WithPrefix(prefix), consumer.WithScope("fulfilment")}, opts...)...)
+	s, err := redisstore.NewStore(c, append([]consumer.Option{consumer.WithPrefix(prefix), consumer.WithScope("fulfilment")}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

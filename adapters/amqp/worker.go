@@ -68,7 +68,7 @@ func NewTypedWorker[V, T any](store consumer.Store, url string, topo Topology, d
 	}
 	switch {
 	case store == nil || reflect.ValueOf(store).Kind() == reflect.Pointer && reflect.ValueOf(store).IsNil():
-		return nil, configError("nil store: pass consumer.NewRedisStore(...)")
+		return nil, configError("nil store: pass a store from idemkit/store/redis, store/postgres, store/dynamodb or store/memory")
 	case url == "":
 		return nil, configError("empty broker URL: give amqp://user:pass@host:5672/")
 	case decode == nil:

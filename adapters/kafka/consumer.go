@@ -105,7 +105,7 @@ func NewTyped[V, T any](store consumer.Store, clientOpts []kgo.Opt, decode func(
 	}
 	switch {
 	case store == nil || isNilPointer(store):
-		return nil, configError("nil store: pass consumer.NewRedisStore(...)")
+		return nil, configError("nil store: pass a store from idemkit/store/redis, store/postgres, store/dynamodb or store/memory")
 	case decode == nil:
 		return nil, configError("nil decode function")
 	case handler == nil:

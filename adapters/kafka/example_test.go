@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemkit/idemkit/adapters/kafka"
 	"github.com/idemkit/idemkit/consumer"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -17,7 +18,7 @@ import (
 // a store, and a handler that runs once per idempotency key.
 func Example() {
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
-	store, err := consumer.NewRedisStore(rdb, consumer.WithScope("payments-service"))
+	store, err := redisstore.NewStore(rdb, consumer.WithScope("payments-service"))
 	if err != nil {
 		log.Fatal(err)
 	}

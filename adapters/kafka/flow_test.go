@@ -15,6 +15,7 @@ import (
 	"github.com/idemkit/idemkit/adapters/kafka"
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/internal/testenv"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -65,7 +66,7 @@ func TestTwoGroupsEachRunEveryRecord(t *testing.T) {
 	prefix := testenv.Prefix(t) // one prefix: the services differ by group and scope only
 	count := map[string]*atomic.Int64{"mailer": {}, "crm": {}}
 	for group, c := range count {
-		store, err := consumer.NewRedisStore(rdb, consumer.WithPrefix(prefix), consumer.WithScope(group))
+		store, err := redisstore.NewStore(rdb, consumer.WithPrefix(prefix), consumer.WithScope(group))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -88,7 +89,7 @@ func TestTwoGroupsEachRunEveryRecord(t *testing.T) {
 		}
 	}
 	// The default scope is refused: it would share records between services.
-	store, err := consumer.NewRedisStore(rdb, consumer.WithPrefix(prefix))
+	store, err := redisstore.NewStore(rdb, consumer.WithPrefix(prefix))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/idemkit/idemkit/adapters/kafka"
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/internal/testenv"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -84,7 +85,7 @@ func runMember(mode string) error {
 	prefix := os.Getenv(envPrefix)
 	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv(envRedis)})
 	defer rdb.Close()
-	store, err := consumer.NewRedisStore(rdb, consumer.WithPrefix(prefix), consumer.WithScope("payments"),
+	store, err := redisstore.NewStore(rdb, consumer.WithPrefix(prefix), consumer.WithScope("payments"),
 		consumer.WithLease(time.Second))
 	if err != nil {
 		return err

@@ -9,6 +9,7 @@ import (
 	"github.com/idemkit/idemkit/adapters/kafka"
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/internal/testenv"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -19,7 +20,7 @@ import (
 func TestInterruptedHandlersAreNotCharged(t *testing.T) {
 	brokers, _ := testenv.Kafka(t, 1, "charges", "charges.dlq")
 	produceRaw(t, brokers, &kgo.Record{Topic: "charges", Key: []byte("order-1"), Value: []byte(`{"id":"order-1","amount":5}`)})
-	store, err := consumer.NewRedisStore(testenv.Redis(t), consumer.WithPrefix(testenv.Prefix(t)),
+	store, err := redisstore.NewStore(testenv.Redis(t), consumer.WithPrefix(testenv.Prefix(t)),
 		consumer.WithScope("charges"), consumer.WithMaxAttempts(1))
 	if err != nil {
 		t.Fatal(err)

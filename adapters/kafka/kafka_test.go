@@ -13,6 +13,7 @@ import (
 	"github.com/idemkit/idemkit/adapters/kafka"
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/internal/testenv"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -22,7 +23,7 @@ func newStore(t *testing.T, opts ...consumer.Option) (consumer.Store, *testenv.L
 	t.Helper()
 	c := testenv.Redis(t)
 	prefix := testenv.Prefix(t)
-	s, err := consumer.NewRedisStore(c, append([]consumer.Option{consumer.WithPrefix(prefix), consumer.WithScope("payments")}, opts...)...)
+	s, err := redisstore.NewStore(c, append([]consumer.Option{consumer.WithPrefix(prefix), consumer.WithScope("payments")}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

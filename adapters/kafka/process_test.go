@@ -12,6 +12,7 @@ import (
 	"github.com/idemkit/idemkit/adapters/kafka"
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/internal/testenv"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -49,7 +50,7 @@ func startMemberRun(t *testing.T, mode string, n int) memberRun {
 
 // survivor is an in-process member of the same group, with the same store.
 func survivor(t *testing.T, brokers []string, rdb redis.UniversalClient, prefix string, book *testenv.Ledger) *member {
-	store, err := consumer.NewRedisStore(rdb, consumer.WithPrefix(prefix), consumer.WithScope("payments"),
+	store, err := redisstore.NewStore(rdb, consumer.WithPrefix(prefix), consumer.WithScope("payments"),
 		consumer.WithLease(time.Second))
 	if err != nil {
 		t.Fatal(err)

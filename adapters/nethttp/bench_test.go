@@ -9,12 +9,13 @@ import (
 
 	"github.com/idemkit/idemkit/adapters/nethttp"
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/store/memory"
 )
 
 // The middleware's own CPU on the in-memory store, without a network: a first
 // request (new key) and a replay. make bench-http measures the real thing.
 func BenchmarkMiddlewareMemory(b *testing.B) {
-	store, err := consumer.NewMemoryStore(consumer.WithScope("bench"))
+	store, err := memory.NewStore(consumer.WithScope("bench"))
 	if err != nil {
 		b.Fatal(err)
 	}

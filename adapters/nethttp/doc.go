@@ -2,7 +2,7 @@
 // draft "The Idempotency-Key HTTP Header Field" (draft-ietf-httpapi-idempotency-key-header),
 // on any consumer.Store: Redis, the in-memory store, or any other implementation.
 //
-//	store, _ := consumer.NewRedisStore(rdb, consumer.WithScope("payments-api"))
+//	store, _ := redisstore.NewStore(rdb, consumer.WithScope("payments-api"))
 //	mw, err := nethttp.New(store, nethttp.WithScope(userID), nethttp.WithKeyRequired(true))
 //	mux.Handle("POST /charges", mw.Handler(charges))
 //

@@ -8,13 +8,14 @@ import (
 
 	"github.com/idemkit/idemkit/adapters/nethttp"
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/store/memory"
 )
 
 // A charge endpoint behind the middleware: the retry gets the stored response, a
 // reused key with another body gets 422. The in-memory store stands in for
-// consumer.NewRedisStore.
+// redis.NewStore (package idemkit/store/redis).
 func Example() {
-	store, err := consumer.NewMemoryStore(consumer.WithScope("payments-api"))
+	store, err := memory.NewStore(consumer.WithScope("payments-api"))
 	if err != nil {
 		panic(err)
 	}

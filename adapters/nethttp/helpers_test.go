@@ -14,6 +14,8 @@ import (
 	"github.com/idemkit/idemkit/adapters/nethttp"
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/internal/testenv"
+	"github.com/idemkit/idemkit/store/memory"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 )
 
 func TestMain(m *testing.M) {
@@ -38,7 +40,7 @@ var stores = []struct {
 func redisStore(t *testing.T, opts ...consumer.Option) consumer.Store {
 	t.Helper()
 	c := testenv.Redis(t)
-	s, err := consumer.NewRedisStore(c, append([]consumer.Option{consumer.WithPrefix(testenv.Prefix(t)),
+	s, err := redisstore.NewStore(c, append([]consumer.Option{consumer.WithPrefix(testenv.Prefix(t)),
 		consumer.WithScope("payments")}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
@@ -48,7 +50,7 @@ func redisStore(t *testing.T, opts ...consumer.Option) consumer.Store {
 
 func memoryStore(t *testing.T, opts ...consumer.Option) consumer.Store {
 	t.Helper()
-	s, err := consumer.NewMemoryStore(append([]consumer.Option{consumer.WithScope("payments")}, opts...)...)
+	s, err := memory.NewStore(append([]consumer.Option{consumer.WithScope("payments")}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +202,7 @@ func startPrivateRedis(t *testing.T) *testenv.Server { return testenv.RedisServe
 // privateStore is a store on a private server.
 func privateStore(t *testing.T, srv *testenv.Server, opts ...consumer.Option) consumer.Store {
 	t.Helper()
-	s, err := consumer.NewRedisStore(srv.Client(t), append([]consumer.Option{consumer.WithScope("payments")}, opts...)...)
+	s, err := redisstore.NewStore(srv.Client(t), append([]consumer.Option{consumer.WithScope("payments")}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,13 +34,13 @@ type tunedStore struct {
 
 func (t tunedStore) Settings() consumer.Settings { return t.s }
 
-// New returns the middleware on store: any consumer.Store (consumer.NewRedisStore,
-// consumer.NewMemoryStore, ...). The store must have its own scope
+// New returns the middleware on store: any consumer.Store (store/redis, store/postgres,
+// store/dynamodb, store/memory). The store must have its own scope
 // (consumer.WithScope("payments-api")), and WithScope is required. It fails with
 // ErrConfig when an option is out of range, saying which.
 func New(store consumer.Store, opts ...Opt) (*Middleware, error) {
 	if store == nil {
-		return nil, configError("nil store: pass consumer.NewRedisStore(...) or consumer.NewMemoryStore(...)")
+		return nil, configError("nil store: pass a store from idemkit/store/redis, store/postgres, store/dynamodb or store/memory")
 	}
 	cfg := defaults()
 	waitSet := false

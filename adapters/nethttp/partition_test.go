@@ -8,6 +8,7 @@ import (
 	"github.com/idemkit/idemkit/adapters/nethttp"
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/internal/testenv"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -23,7 +24,7 @@ func TestStorePartition(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ReadTimeout: 300 * time.Millisecond,
 		WriteTimeout: 300 * time.Millisecond, MaxRetries: 1})
 	t.Cleanup(func() { _ = rdb.Close() })
-	store, err := consumer.NewRedisStore(rdb, consumer.WithScope("payments"), consumer.WithLease(time.Second))
+	store, err := redisstore.NewStore(rdb, consumer.WithScope("payments"), consumer.WithLease(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

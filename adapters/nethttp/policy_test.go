@@ -10,6 +10,8 @@ import (
 
 	"github.com/idemkit/idemkit/adapters/nethttp"
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/store/memory"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 )
 
 // Upstream 5xx and 429 are sent to the client and not stored: the key is released
@@ -148,7 +150,7 @@ func TestScopeIsolatesClients(t *testing.T) {
 		if rec, err := store.Peek(context.Background(), consumer.Key(key)); err != nil || rec.Found {
 			t.Fatalf("the raw key has a record: %v %v", rec.Found, err)
 		}
-		if rs, ok := store.(*consumer.RedisStore); ok {
+		if rs, ok := store.(*redisstore.Store); ok {
 			if k := rs.RecordKey(nethttp.HashKey("alice", key)); strings.Contains(k, key) {
 				t.Fatalf("record key %q holds the raw key", k)
 			}
@@ -215,7 +217,7 @@ func TestBadRequests(t *testing.T) {
 // New refuses a bad configuration with an error that says what to change.
 func TestNewRefusesBadConfiguration(t *testing.T) {
 	good := memoryStore(t)
-	defaultScope, _ := consumer.NewMemoryStore()
+	defaultScope, _ := memory.NewStore()
 	cases := []struct {
 		name  string
 		store consumer.Store

@@ -11,6 +11,7 @@ import (
 	"github.com/idemkit/idemkit/adapters/nethttp"
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/internal/testenv"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 )
 
 // A server process SIGKILLed while its handler runs: the client's retry gets 409
@@ -47,7 +48,7 @@ func TestServerKilledMidRequest(t *testing.T) {
 		t.Fatal("the request to the killed server got a response")
 	}
 
-	store, err := consumer.NewRedisStore(rdb, consumer.WithPrefix(prefix), consumer.WithScope("payments"), consumer.WithLease(crashLease))
+	store, err := redisstore.NewStore(rdb, consumer.WithPrefix(prefix), consumer.WithScope("payments"), consumer.WithLease(crashLease))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@
 //	func TestOperator(t *testing.T) {
 //		admintest.Run(t, admintest.Fixtures{
 //			New: func(t *testing.T, opts ...consumer.Option) (admintest.Store, error) {
-//				return consumer.NewMemoryStore(opts...)
+//				return memory.NewStore(opts...)
 //			},
 //		})
 //	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/internal/testenv"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 )
 
@@ -19,7 +20,7 @@ import (
 func TestRedriveAndReplayQueueCLI(t *testing.T) {
 	url := testenv.AMQP(t)
 	addr, prefix := testenv.RedisAddr(t), testenv.Prefix(t)
-	store, err := consumer.NewRedisStore(testenv.Redis(t), consumer.WithPrefix(prefix), consumer.WithScope("payments"))
+	store, err := redisstore.NewStore(testenv.Redis(t), consumer.WithPrefix(prefix), consumer.WithScope("payments"))
 	if err != nil {
 		t.Fatal(err)
 	}

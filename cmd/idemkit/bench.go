@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/lua"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 )
@@ -65,9 +66,9 @@ Redis only, and refuses --postgres and --dynamodb (exit 2).`,
 			cnt := &commandCounter{}
 			client.AddHook(cnt)
 			run := strconv.FormatInt(time.Now().UnixNano(), 36)
-			store, err := consumer.NewRedisStore(client, consumer.WithPrefix(a.prefix+"-bench-"+run), consumer.WithScope("bench"),
+			store, err := redisstore.NewStore(client, consumer.WithPrefix(a.prefix+"-bench-"+run), consumer.WithScope("bench"),
 				consumer.WithLease(10*time.Second), consumer.WithRetention(time.Minute), consumer.WithCallTimeout(a.timeout),
-				consumer.WithEvictionCheck(consumer.EvictionIgnore))
+				redisstore.WithEvictionCheck(redisstore.EvictionIgnore))
 			if err != nil {
 				return err
 			}

@@ -11,6 +11,7 @@ import (
 	"github.com/idemkit/idemkit/admin"
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/internal/testenv"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 )
 
 // newStoreFunc makes a store on scope payments with the given lease.
@@ -20,7 +21,7 @@ type newStoreFunc func(lease time.Duration) recordStore
 func redisStores(t *testing.T, prefix string) newStoreFunc {
 	c := testenv.Redis(t)
 	return func(lease time.Duration) recordStore {
-		s, err := consumer.NewRedisStore(c, consumer.WithPrefix(prefix), consumer.WithScope("payments"), consumer.WithLease(lease))
+		s, err := redisstore.NewStore(c, consumer.WithPrefix(prefix), consumer.WithScope("payments"), consumer.WithLease(lease))
 		if err != nil {
 			t.Fatal(err)
 		}

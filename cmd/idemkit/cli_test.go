@@ -17,6 +17,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/internal/testenv"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -47,7 +48,7 @@ func TestMain(m *testing.M) {
 func worker() {
 	c := redis.NewClient(&redis.Options{Addr: os.Getenv("IDEMKIT_TEST_REDIS")})
 	prefix := os.Getenv("IDEMKIT_TEST_PREFIX")
-	store, err := consumer.NewRedisStore(c, consumer.WithPrefix(prefix), consumer.WithScope("payments"), consumer.WithLease(time.Hour))
+	store, err := redisstore.NewStore(c, consumer.WithPrefix(prefix), consumer.WithScope("payments"), consumer.WithLease(time.Hour))
 	if err != nil {
 		panic(err)
 	}
@@ -154,7 +155,7 @@ func TestStuckKeyUnstuck(t *testing.T) {
 	expect(t, idemkit(t, append([]string{"inspect", "order-42"}, flags...)...), 0,
 		"retry", "unstick by alice: worker died in the outage")
 
-	store, err := consumer.NewRedisStore(c, consumer.WithPrefix(prefix), consumer.WithScope("payments"), consumer.WithLease(time.Hour))
+	store, err := redisstore.NewStore(c, consumer.WithPrefix(prefix), consumer.WithScope("payments"), consumer.WithLease(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +225,7 @@ func TestUsageAndUnreachable(t *testing.T) {
 // fill makes records in scope: n completed, n failed, n started.
 func fill(t *testing.T, c redis.UniversalClient, prefix, scope string, n int) {
 	t.Helper()
-	store, err := consumer.NewRedisStore(c, consumer.WithPrefix(prefix), consumer.WithScope(scope), consumer.WithLease(time.Hour))
+	store, err := redisstore.NewStore(c, consumer.WithPrefix(prefix), consumer.WithScope(scope), consumer.WithLease(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,7 +321,7 @@ func TestPlanAndReplayKafka(t *testing.T) {
 		t.Fatal(err)
 	}
 	cl.Close()
-	store, err := consumer.NewRedisStore(testenv.Redis(t), consumer.WithPrefix(prefix), consumer.WithScope("payments"))
+	store, err := redisstore.NewStore(testenv.Redis(t), consumer.WithPrefix(prefix), consumer.WithScope("payments"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -397,7 +398,7 @@ func TestBench(t *testing.T) {
 func TestRedriveCLI(t *testing.T) {
 	brokers, _ := testenv.Kafka(t, 1, "pay", "pay.dlq")
 	addr, prefix := testenv.RedisAddr(t), testenv.Prefix(t)
-	store, err := consumer.NewRedisStore(testenv.Redis(t), consumer.WithPrefix(prefix), consumer.WithScope("payments"))
+	store, err := redisstore.NewStore(testenv.Redis(t), consumer.WithPrefix(prefix), consumer.WithScope("payments"))
 	if err != nil {
 		t.Fatal(err)
 	}

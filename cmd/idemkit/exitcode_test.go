@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/internal/testenv"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 )
 
 // lines writes a JSON Lines file of the given lines into dir.
@@ -36,7 +37,7 @@ func lines(t *testing.T, dir, name string, ls ...string) string {
 // plan, the dry run and the run, by line number and why.
 func TestReplayExitCodes(t *testing.T) {
 	addr, prefix := testenv.RedisAddr(t), testenv.Prefix(t)
-	store, err := consumer.NewRedisStore(testenv.Redis(t), consumer.WithPrefix(prefix), consumer.WithScope("payments"))
+	store, err := redisstore.NewStore(testenv.Redis(t), consumer.WithPrefix(prefix), consumer.WithScope("payments"))
 	if err != nil {
 		t.Fatal(err)
 	}

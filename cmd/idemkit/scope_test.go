@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/internal/testenv"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 )
 
 // failed records key as failed for good in scope, as a service would have.
@@ -20,7 +21,7 @@ func failed(t *testing.T, prefix, scope string, key consumer.Key) {
 	if scope != "" {
 		opts = append(opts, consumer.WithScope(scope))
 	}
-	store, err := consumer.NewRedisStore(testenv.Redis(t), opts...)
+	store, err := redisstore.NewStore(testenv.Redis(t), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/store/dynamodb"
 	"github.com/idemkit/idemkit/store/postgres"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/pflag"
 )
@@ -27,7 +28,7 @@ type recordStore interface {
 }
 
 var (
-	_ recordStore = (*consumer.RedisStore)(nil)
+	_ recordStore = (*redisstore.Store)(nil)
 	_ recordStore = (*postgres.Store)(nil)
 	_ recordStore = (*dynamodb.Store)(nil)
 )
@@ -204,7 +205,7 @@ func (a *app) store(ctx context.Context, scope string) (recordStore, error) {
 		if cerr != nil {
 			return nil, cerr
 		}
-		s, err = consumer.NewRedisStore(c, append(opts, consumer.WithEvictionCheck(consumer.EvictionIgnore))...)
+		s, err = redisstore.NewStore(c, append(opts, redisstore.WithEvictionCheck(redisstore.EvictionIgnore))...)
 	}
 	if err != nil {
 		return nil, usageError{err}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/store/memory"
 )
 
 // Agree runs thousands of random Begin, Settle, Extend and Release calls (single
@@ -22,7 +23,7 @@ func Agree(t *testing.T, newStore Factory) {
 	for seed := uint64(1); seed <= 25; seed++ {
 		rnd := rand.New(rand.NewPCG(seed, 11))
 		opts := []consumer.Option{consumer.WithLease(time.Minute), consumer.WithMaxAttempts(1 + rnd.IntN(4))}
-		mem, err := consumer.NewMemoryStore(opts...)
+		mem, err := memory.NewStore(opts...)
 		if err != nil {
 			t.Fatal(err)
 		}

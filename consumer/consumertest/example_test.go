@@ -5,13 +5,14 @@ import (
 
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/consumer/consumertest"
+	"github.com/idemkit/idemkit/store/memory"
 )
 
 // A store implementation proves itself by passing the suite from its own tests.
 func ExampleRun() {
 	_ = func(t *testing.T) {
 		consumertest.Run(t, func(t *testing.T, opts ...consumer.Option) (consumer.Store, error) {
-			return consumer.NewMemoryStore(opts...)
+			return memory.NewStore(opts...)
 		})
 	}
 }

@@ -5,7 +5,7 @@
 //
 //	func TestConformance(t *testing.T) {
 //		consumertest.Run(t, func(t *testing.T, opts ...consumer.Option) (consumer.Store, error) {
-//			return consumer.NewMemoryStore(opts...)
+//			return memory.NewStore(opts...)
 //		})
 //	}
 //

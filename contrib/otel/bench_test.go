@@ -7,6 +7,7 @@ import (
 
 	"github.com/idemkit/idemkit/consumer"
 	idemotel "github.com/idemkit/idemkit/contrib/otel"
+	"github.com/idemkit/idemkit/store/memory"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -51,7 +52,7 @@ func BenchmarkBatch(b *testing.B) {
 				}
 				obs = append(obs, mt)
 			}
-			store, err := consumer.NewMemoryStore(consumer.WithObserver(obs...))
+			store, err := memory.NewStore(consumer.WithObserver(obs...))
 			if err != nil {
 				b.Fatal(err)
 			}

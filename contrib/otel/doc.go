@@ -11,7 +11,7 @@
 //
 //	tr, err := idemotel.NewTracer()                 // the global TracerProvider
 //	mt, err := idemotel.NewMeter()                  // the global MeterProvider
-//	store, err := consumer.NewRedisStore(rdb, consumer.WithScope("payments"), consumer.WithObserver(tr, mt))
+//	store, err := redisstore.NewStore(rdb, consumer.WithScope("payments"), consumer.WithObserver(tr, mt))
 //
 // It is a separate Go module so that the core module does not depend on
 // OpenTelemetry. It is built on go.opentelemetry.io/otel, the project's own API:

@@ -7,6 +7,7 @@ import (
 
 	"github.com/idemkit/idemkit/consumer"
 	idemotel "github.com/idemkit/idemkit/contrib/otel"
+	"github.com/idemkit/idemkit/store/memory"
 	"go.opentelemetry.io/otel/propagation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -29,7 +30,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	store, err := consumer.NewMemoryStore(consumer.WithScope("payments"), consumer.WithObserver(tr, mt))
+	store, err := memory.NewStore(consumer.WithScope("payments"), consumer.WithObserver(tr, mt))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/internal/observertest"
+	"github.com/idemkit/idemkit/store/memory"
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -23,7 +24,7 @@ func TestNothingLeftPending(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		store, err := consumer.NewMemoryStore(consumer.WithObserver(tr))
+		store, err := memory.NewStore(consumer.WithObserver(tr))
 		if err != nil {
 			t.Fatal(err)
 		}

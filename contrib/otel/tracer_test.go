@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemkit/idemkit/consumer"
 	idemotel "github.com/idemkit/idemkit/contrib/otel"
+	"github.com/idemkit/idemkit/store/memory"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/baggage"
 	"go.opentelemetry.io/otel/codes"
@@ -56,9 +57,9 @@ func newTracer(t *testing.T, opts ...idemotel.TracerOpt) (*idemotel.Tracer, *tra
 	return tr, exp, tp
 }
 
-func memStore(t *testing.T, opts ...consumer.Option) *consumer.MemoryStore {
+func memStore(t *testing.T, opts ...consumer.Option) *memory.Store {
 	t.Helper()
-	s, err := consumer.NewMemoryStore(opts...)
+	s, err := memory.NewStore(opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

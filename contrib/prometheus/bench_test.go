@@ -7,6 +7,7 @@ import (
 
 	"github.com/idemkit/idemkit/consumer"
 	idemprom "github.com/idemkit/idemkit/contrib/prometheus"
+	"github.com/idemkit/idemkit/store/memory"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -36,7 +37,7 @@ func BenchmarkBatch(b *testing.B) {
 		obs  []consumer.Observer
 	}{{"off", nil}, {"empty-hooks", []consumer.Observer{emptyHooks{}}}, {"metrics", []consumer.Observer{m}}} {
 		b.Run(c.name, func(b *testing.B) {
-			store, err := consumer.NewMemoryStore(consumer.WithObserver(c.obs...))
+			store, err := memory.NewStore(consumer.WithObserver(c.obs...))
 			if err != nil {
 				b.Fatal(err)
 			}

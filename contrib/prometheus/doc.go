@@ -14,7 +14,7 @@
 //	m, err := idemprom.New()
 //	if err != nil { ... }
 //	prometheus.MustRegister(m)
-//	store, err := consumer.NewRedisStore(rdb, consumer.WithScope("payments"), consumer.WithObserver(m))
+//	store, err := redisstore.NewStore(rdb, consumer.WithScope("payments"), consumer.WithObserver(m))
 //
 // It is a separate Go module so that the core module does not depend on the
 // Prometheus client. It is built on github.com/prometheus/client_golang, the

@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemkit/idemkit/consumer"
 	idemprom "github.com/idemkit/idemkit/contrib/prometheus"
+	"github.com/idemkit/idemkit/store/memory"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -20,8 +21,8 @@ func Example() {
 	reg := prometheus.NewRegistry() // or prometheus.MustRegister(m), served by promhttp.Handler()
 	reg.MustRegister(m)
 
-	// A RedisStore in production; the observer is the same.
-	store, err := consumer.NewMemoryStore(consumer.WithScope("payments"), consumer.WithObserver(m))
+	// A Redis store (store/redis) in production; the observer is the same.
+	store, err := memory.NewStore(consumer.WithScope("payments"), consumer.WithObserver(m))
 	if err != nil {
 		log.Fatal(err)
 	}

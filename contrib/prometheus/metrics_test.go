@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemkit/idemkit/consumer"
 	idemprom "github.com/idemkit/idemkit/contrib/prometheus"
+	"github.com/idemkit/idemkit/store/memory"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
@@ -193,7 +194,7 @@ idemkit_handlers_running{scope="orders"} 0
 // Events the adapters report (retries, dead letters, commits, acks) are counted.
 func TestAdapterEvents(t *testing.T) {
 	m, reg := newMetrics(t)
-	store, err := consumer.NewMemoryStore(consumer.WithScope("payments"), consumer.WithObserver(m))
+	store, err := memory.NewStore(consumer.WithScope("payments"), consumer.WithObserver(m))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,7 +291,7 @@ func (f *failingExtend) Extend(_ context.Context, items []consumer.Owned) []erro
 func TestDroppedLabels(t *testing.T) {
 	m, reg := newMetrics(t, idemprom.WithScopeLabel(false), idemprom.WithKindLabel(false), idemprom.WithNamespace("svc"))
 	for _, scope := range []string{"a", "b"} {
-		store, err := consumer.NewMemoryStore(consumer.WithScope(scope), consumer.WithObserver(m))
+		store, err := memory.NewStore(consumer.WithScope(scope), consumer.WithObserver(m))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -316,7 +317,7 @@ svc_outcomes_total{action="settle",outcome="success",source="execute"} 2
 // WithNativeHistograms exposes native buckets beside the classic ones.
 func TestNativeHistograms(t *testing.T) {
 	m, reg := newMetrics(t, idemprom.WithNativeHistograms(true))
-	store, err := consumer.NewMemoryStore(consumer.WithScope("n"), consumer.WithObserver(m))
+	store, err := memory.NewStore(consumer.WithScope("n"), consumer.WithObserver(m))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit/consumer"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 )
@@ -44,7 +45,7 @@ var private struct {
 // private redis-server (started on a free port on first use). Its keys have a
 // prefix of their own, so a shared server's other keys are never touched. Without
 // a server the test is skipped, or fails under IDEMKIT_REQUIRE_SERVICES=1.
-func redisStore(t *testing.T, opts ...consumer.Option) *consumer.RedisStore {
+func redisStore(t *testing.T, opts ...consumer.Option) *redisstore.Store {
 	t.Helper()
 	addr := os.Getenv("IDEMKIT_REDIS_ADDR")
 	if addr == "" {
@@ -60,8 +61,8 @@ func redisStore(t *testing.T, opts ...consumer.Option) *consumer.RedisStore {
 	client := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { _ = client.Close() })
 	prefix := fmt.Sprintf("idemprom-test-%s-%d", t.Name(), time.Now().UnixNano())
-	s, err := consumer.NewRedisStore(client, append([]consumer.Option{consumer.WithPrefix(prefix),
-		consumer.WithEvictionCheck(consumer.EvictionIgnore)}, opts...)...)
+	s, err := redisstore.NewStore(client, append([]consumer.Option{consumer.WithPrefix(prefix),
+		redisstore.WithEvictionCheck(redisstore.EvictionIgnore)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

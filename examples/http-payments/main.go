@@ -32,6 +32,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/idemkit/idemkit/adapters/nethttp"
 	"github.com/idemkit/idemkit/consumer"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -138,7 +139,7 @@ func run(addr string) error {
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
 	defer rdb.Close()
-	store, err := consumer.NewRedisStore(rdb, consumer.WithScope("payments-api"),
+	store, err := redisstore.NewStore(rdb, consumer.WithScope("payments-api"),
 		consumer.WithMaxResultSize(64<<10), consumer.WithLogger(logger))
 	if err != nil {
 		return err

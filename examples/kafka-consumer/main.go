@@ -23,6 +23,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/idemkit/idemkit/adapters/kafka"
 	"github.com/idemkit/idemkit/consumer"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -121,7 +122,7 @@ func run() error {
 	// --- the wiring: a store, your kgo options, a handler ---
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
 	defer rdb.Close()
-	store, err := consumer.NewRedisStore(rdb, consumer.WithScope("payments-service"), consumer.WithLease(30*time.Second))
+	store, err := redisstore.NewStore(rdb, consumer.WithScope("payments-service"), consumer.WithLease(30*time.Second))
 	if err != nil {
 		return err
 	}

@@ -30,6 +30,7 @@ import (
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/fence"
 	"github.com/idemkit/idemkit/lock"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 	_ "github.com/jackc/pgx/v5/stdlib"
 	"github.com/redis/go-redis/v9"
 )
@@ -121,7 +122,7 @@ func run() error {
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: storeAddr})
 	defer rdb.Close()
-	store, err := consumer.NewRedisStore(rdb, consumer.WithScope("reports"), consumer.WithLock(locker),
+	store, err := redisstore.NewStore(rdb, consumer.WithScope("reports"), consumer.WithLock(locker),
 		consumer.WithLease(time.Minute), consumer.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		return err

@@ -35,6 +35,7 @@ import (
 	"github.com/idemkit/idemkit/adapters/kafka"
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/store/postgres"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
@@ -126,7 +127,7 @@ func member(brokers, redisAddr, schema string, plain bool) error {
 	defer db.Close()
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
 	defer rdb.Close()
-	store, err := consumer.NewRedisStore(rdb, consumer.WithScope("payments"), consumer.WithLease(2*time.Second),
+	store, err := redisstore.NewStore(rdb, consumer.WithScope("payments"), consumer.WithLease(2*time.Second),
 		consumer.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		return err

@@ -30,6 +30,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/idemkit/idemkit/adapters/kafka"
 	"github.com/idemkit/idemkit/consumer"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -141,7 +142,7 @@ func run(n int, dupShare float64) error {
 	// handlers block from then on, never reaching the payment provider, until it is
 	// stopped.
 	newMember := func(rdb *redis.Client, doom *doom) (*kafka.Consumer[order, string], error) {
-		store, err := consumer.NewRedisStore(rdb, storeOpts...)
+		store, err := redisstore.NewStore(rdb, storeOpts...)
 		if err != nil {
 			return nil, err
 		}
@@ -295,7 +296,7 @@ func (d *doom) charge(id string, book *ledger) bool {
 
 // settled waits until the store shows every order the member charged completed.
 func (d *doom) settled(ctx context.Context, rdb *redis.Client, opts []consumer.Option) error {
-	store, err := consumer.NewRedisStore(rdb, opts...)
+	store, err := redisstore.NewStore(rdb, opts...)
 	if err != nil {
 		return err
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	idemamqp "github.com/idemkit/idemkit/adapters/amqp"
 	"github.com/idemkit/idemkit/consumer"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 )
@@ -121,7 +122,7 @@ func run(n int, queue string) error {
 	// --- the wiring: a store, a topology, a handler ---
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
 	defer rdb.Close()
-	store, err := consumer.NewRedisStore(rdb, consumer.WithScope("fulfilment"))
+	store, err := redisstore.NewStore(rdb, consumer.WithScope("fulfilment"))
 	if err != nil {
 		return err
 	}

@@ -34,6 +34,7 @@ import (
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/internal/benchkit"
 	"github.com/idemkit/idemkit/internal/testenv"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -55,7 +56,7 @@ type rig struct {
 	ctx    context.Context
 	client *redis.Client
 	admin  *redis.Client
-	store  *consumer.RedisStore
+	store  *redisstore.Store
 	env    benchkit.Env
 	run    string // unique per run, so keys never repeat
 	b      int
@@ -76,8 +77,8 @@ func run(n, bn, b, reps, records int) error {
 	client.AddHook(cnt)
 	version, pid := benchkit.RedisInfo(ctx, admin)
 	runID := strconv.FormatInt(time.Now().UnixNano(), 36)
-	store, err := consumer.NewRedisStore(client, consumer.WithPrefix("idemkit-bench-"+runID), consumer.WithScope("bench"),
-		consumer.WithEvictionCheck(consumer.EvictionIgnore))
+	store, err := redisstore.NewStore(client, consumer.WithPrefix("idemkit-bench-"+runID), consumer.WithScope("bench"),
+		redisstore.WithEvictionCheck(redisstore.EvictionIgnore))
 	if err != nil {
 		return err
 	}

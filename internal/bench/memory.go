@@ -6,6 +6,7 @@ import (
 
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/internal/benchkit"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -23,7 +24,7 @@ func (rawCodec) Unmarshal(data []byte, v any) error {
 // plain keys of the same name length holding one byte with a TTL (the least any
 // record with a TTL can cost there).
 func (r *rig) memory(n int) error {
-	example, err := consumer.NewRedisStore(r.client, consumer.WithScope("bench"), consumer.WithEvictionCheck(consumer.EvictionIgnore))
+	example, err := redisstore.NewStore(r.client, consumer.WithScope("bench"), redisstore.WithEvictionCheck(redisstore.EvictionIgnore))
 	if err != nil {
 		return err
 	}
@@ -46,8 +47,8 @@ func (r *rig) memory(n int) error {
 		if err != nil {
 			return err
 		}
-		store, err := consumer.NewRedisStore(r.client, consumer.WithScope("bench"), consumer.WithCodec(rawCodec{}),
-			consumer.WithEvictionCheck(consumer.EvictionIgnore))
+		store, err := redisstore.NewStore(r.client, consumer.WithScope("bench"), consumer.WithCodec(rawCodec{}),
+			redisstore.WithEvictionCheck(redisstore.EvictionIgnore))
 		if err != nil {
 			return err
 		}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemkit/idemkit/adapters/nethttp"
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/store/memory"
 )
 
 // HTTPScope is the scope of the store HTTP uses.
@@ -20,7 +21,7 @@ const HTTPScope = "api"
 // error of kind conflict whose action is reject.
 func HTTP(t testing.TB, obs ...consumer.Observer) {
 	t.Helper()
-	s, err := consumer.NewMemoryStore(consumer.WithScope(HTTPScope), consumer.WithObserver(obs...))
+	s, err := memory.NewStore(consumer.WithScope(HTTPScope), consumer.WithObserver(obs...))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/store/memory"
 )
 
 // Scope is the scope of every store EveryEvent uses.
@@ -79,9 +80,9 @@ func Takeover(t testing.TB, obs ...consumer.Observer) {
 	}
 }
 
-func store(t testing.TB, obs []consumer.Observer, opts ...consumer.Option) *consumer.MemoryStore {
+func store(t testing.TB, obs []consumer.Observer, opts ...consumer.Option) *memory.Store {
 	t.Helper()
-	s, err := consumer.NewMemoryStore(append([]consumer.Option{consumer.WithScope(Scope), consumer.WithLease(lease),
+	s, err := memory.NewStore(append([]consumer.Option{consumer.WithScope(Scope), consumer.WithLease(lease),
 		consumer.WithObserver(obs...)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)

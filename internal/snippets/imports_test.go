@@ -22,6 +22,8 @@ var imports = map[string]string{
 	"lock":        "github.com/idemkit/idemkit/lock",
 	"fence":       "github.com/idemkit/idemkit/fence",
 	"postgres":    "github.com/idemkit/idemkit/store/postgres",
+	"redisstore":  "github.com/idemkit/idemkit/store/redis",
+	"memory":      "github.com/idemkit/idemkit/store/memory",
 	"admin":       "github.com/idemkit/idemkit/admin",
 	"replay":      "github.com/idemkit/idemkit/replay",
 	"dynamodb":    "github.com/idemkit/idemkit/store/dynamodb",

@@ -11,7 +11,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/idemkit/idemkit/admin"
 	"github.com/idemkit/idemkit/consumer"
-	"github.com/idemkit/idemkit/lua"
 )
 
 // The operator's side of Store (admin.Store), with the Redis and memory
@@ -148,15 +147,15 @@ func (st *Store) storeErrOrNil(op string, err error) error {
 	return st.storeErr(op, err)
 }
 
-// notesAV is the record's notes with note put first, the newest lua.NotesLen
-// kept, note cut to lua.MaxNoteText bytes.
+// notesAV is the record's notes with note put first, the newest consumer.NotesLen
+// kept, note cut to consumer.MaxNoteText bytes.
 func notesAV(sec int64, note string, old []consumer.OperatorNote) types.AttributeValue {
 	entry := func(t int64, text string) types.AttributeValue {
 		return &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{"t": numAV(t), "m": strAV(text)}}
 	}
-	l := make([]types.AttributeValue, 0, min(len(old)+1, lua.NotesLen))
-	l = append(l, entry(sec, strings.ToValidUTF8(lua.CapNote(note), "\uFFFD")))
-	for _, n := range old[:min(len(old), lua.NotesLen-1)] {
+	l := make([]types.AttributeValue, 0, min(len(old)+1, consumer.NotesLen))
+	l = append(l, entry(sec, strings.ToValidUTF8(consumer.CapText(note, consumer.MaxNoteText), "\uFFFD")))
+	for _, n := range old[:min(len(old), consumer.NotesLen-1)] {
 		l = append(l, entry(n.Time.Unix(), n.Text))
 	}
 	return &types.AttributeValueMemberL{Value: l}

@@ -7,7 +7,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/idemkit/idemkit/consumer"
-	"github.com/idemkit/idemkit/lua"
 )
 
 // The attributes of a record item. A started record has own, lease, (when
@@ -32,12 +31,12 @@ import (
 //	res       B     the encoded result
 //	dropped   S     why the result was not kept (its size, or "unencodable")
 //	perm      BOOL  the failure was permanent
-//	h0        M     the last error: t (N, unix s), m (S, at most lua.MaxErrorText bytes)
-//	hs        M     the last error again, its text cut to lua.HistoryText bytes
+//	h0        M     the last error: t (N, unix s), m (S, at most consumer.MaxErrorText bytes)
+//	hs        M     the last error again, its text cut to consumer.HistoryText bytes
 //	h1..h3    M     older errors, newest first, cut likewise (NULL: none)
 //	created   N     unix s of the first claim (the claiming worker's clock)
-//	notes     L     the operator notes, newest first (at most lua.NotesLen): maps
-//	                of t (N, unix s) and m (S, at most lua.MaxNoteText bytes); absent
+//	notes     L     the operator notes, newest first (at most consumer.NotesLen): maps
+//	                of t (N, unix s) and m (S, at most consumer.MaxNoteText bytes); absent
 //	                until an operator changes the record, then kept by every
 //	                transition until the record expires
 //	updated   N     unix s of the last transition
@@ -123,17 +122,17 @@ func historyEntry(sec int64, msg string, limit int) types.AttributeValue {
 }
 
 // errorValues are the expression values that push msg onto a record's error
-// history: :h0 (the text capped at lua.MaxErrorText) and :hs (cut to
-// lua.HistoryText, what it becomes when a newer error comes).
+// history: :h0 (the text capped at consumer.MaxErrorText) and :hs (cut to
+// consumer.HistoryText, what it becomes when a newer error comes).
 func errorValues(vals map[string]types.AttributeValue, sec int64, msg string) {
-	msg = lua.CapError(strings.ToValidUTF8(msg, "\uFFFD"))
-	vals[":h0"] = historyEntry(sec, msg, lua.MaxErrorText)
-	vals[":hs"] = historyEntry(sec, msg, lua.HistoryText)
+	msg = consumer.CapText(strings.ToValidUTF8(msg, "\uFFFD"), consumer.MaxErrorText)
+	vals[":h0"] = historyEntry(sec, msg, consumer.MaxErrorText)
+	vals[":hs"] = historyEntry(sec, msg, consumer.HistoryText)
 	vals[":nul"] = avNull
 }
 
 // pushError is the update actions that put :h0 first in the history, keeping
-// lua.HistoryLen entries (h0, h1, h2, h3).
+// consumer.HistoryLen entries (h0, h1, h2, h3).
 const pushError = "h3 = if_not_exists(h2, :nul), h2 = if_not_exists(h1, :nul), h1 = if_not_exists(hs, :nul), hs = :hs, h0 = :h0"
 
 // dropHistory removes the error history (completed and fresh records keep none).

@@ -11,12 +11,11 @@ import (
 	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/idemkit/idemkit/consumer"
-	"github.com/idemkit/idemkit/lua"
 )
 
-// The record keeps lua.HistoryLen errors in h0..h3: this fails to compile if
+// The record keeps consumer.HistoryLen errors in h0..h3: this fails to compile if
 // that number changes.
-var _ = [1]struct{}{}[lua.HistoryLen-4]
+var _ = [1]struct{}{}[consumer.HistoryLen-4]
 
 // Store keeps idempotency records in a DynamoDB table. It is safe for
 // concurrent use. Make it with New.

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/store/memory"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -22,7 +23,7 @@ func (b beginOnly) Begin(ctx context.Context) (pgx.Tx, error) { return b.pool.Be
 func TestCompletionsFindsWhatInTxCommitted(t *testing.T) {
 	pool := migrated(t)
 	ctx := context.Background()
-	store, err := consumer.NewMemoryStore(consumer.WithScope("payments"))
+	store, err := memory.NewStore(consumer.WithScope("payments"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/idemkit/idemkit/adapters/kafka"
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/internal/testenv"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
@@ -95,7 +96,7 @@ func newCharger(ctx context.Context, point, storeKind, redisAddr, prefix, schema
 	case "partitioned":
 		c.store, err = NewPartitionedStore(c.pool, opts...)
 	default:
-		c.store, err = consumer.NewRedisStore(c.rdb, opts...)
+		c.store, err = redisstore.NewStore(c.rdb, opts...)
 	}
 	if err != nil {
 		c.close()

@@ -7,6 +7,7 @@ import (
 
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/store/postgres"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
@@ -24,7 +25,7 @@ func ExampleInTx() {
 	if err := postgres.Migrate(ctx, pool); err != nil { // once, at start-up
 		log.Fatal(err)
 	}
-	store, err := postgres.NewStore(pool, consumer.WithScope("payments")) // or consumer.NewRedisStore
+	store, err := postgres.NewStore(pool, consumer.WithScope("payments")) // or redisstore.NewStore
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -64,7 +65,7 @@ func ExampleCompletions() {
 		log.Fatal(err)
 	}
 	defer pool.Close()
-	store, err := consumer.NewRedisStore(redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"}),
+	store, err := redisstore.NewStore(redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"}),
 		consumer.WithScope("payments"), consumer.WithCompletions(postgres.Completions(pool)))
 	if err != nil {
 		log.Fatal(err)

@@ -10,7 +10,6 @@ import (
 
 	"github.com/idemkit/idemkit/admin"
 	"github.com/idemkit/idemkit/consumer"
-	"github.com/idemkit/idemkit/lua"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -45,7 +44,7 @@ func (st *Store) ChangeRecord(ctx context.Context, c consumer.OperatorChange) (c
 	if c.Fence < 0 {
 		return consumer.OperatorReply{}, fmt.Errorf("%w: postgres: %s: fence %d: give 0 (any) or the fence the record holds", consumer.ErrInvalidConfig, c.Op, c.Fence)
 	}
-	note := storableText(lua.CapNote(c.Note))
+	note := storableText(consumer.CapText(c.Note, consumer.MaxNoteText))
 	out := consumer.OperatorReply{Status: consumer.ChangeNotFound}
 	err := st.query(ctx, c.Op.String(), st.sql.operate, func(rows pgx.Rows) error {
 		var d, state string
@@ -66,7 +65,7 @@ func (st *Store) ChangeRecord(ctx context.Context, c consumer.OperatorChange) (c
 			out.Status, out.LeaseLeft = consumer.ChangeWrongState, 0
 		}
 		return nil
-	}, st.hashIn(c.Scope, c.Key), c.Op.String(), c.Fence, st.s.Retention.Milliseconds(), note, time.Now().Unix(), lua.NotesLen)
+	}, st.hashIn(c.Scope, c.Key), c.Op.String(), c.Fence, st.s.Retention.Milliseconds(), note, time.Now().Unix(), consumer.NotesLen)
 	if err != nil {
 		return consumer.OperatorReply{}, err
 	}

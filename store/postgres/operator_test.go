@@ -11,7 +11,6 @@ import (
 
 	"github.com/idemkit/idemkit/admin"
 	"github.com/idemkit/idemkit/consumer"
-	"github.com/idemkit/idemkit/lua"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -286,12 +285,12 @@ func TestOperatorNotesKeptNewestFirst(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := noteTexts(peekOne(t, st, "", "k"))
-		want := []string{lua.CapNote(long)}
-		for i := 9; len(want) < lua.NotesLen; i-- {
+		want := []string{consumer.CapText(long, consumer.MaxNoteText)}
+		for i := 9; len(want) < consumer.NotesLen; i-- {
 			want = append(want, fmt.Sprint("unstick by op: ", i))
 		}
-		if len(got) != len(want) || len(got[0]) > lua.MaxNoteText {
-			t.Fatalf("%d notes (first %d bytes), want %d (first at most %d)", len(got), len(got[0]), len(want), lua.MaxNoteText)
+		if len(got) != len(want) || len(got[0]) > consumer.MaxNoteText {
+			t.Fatalf("%d notes (first %d bytes), want %d (first at most %d)", len(got), len(got[0]), len(want), consumer.MaxNoteText)
 		}
 		for i := range want {
 			if got[i] != want[i] {

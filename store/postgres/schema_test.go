@@ -14,6 +14,7 @@ import (
 	idemamqp "github.com/idemkit/idemkit/adapters/amqp"
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/internal/testenv"
+	"github.com/idemkit/idemkit/store/memory"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -56,7 +57,7 @@ func TestInTxBeforeMigrateIsAnOutage(t *testing.T) {
 			pool := unmigrated(t)
 			db := stdlib.OpenDBFromPool(pool)
 			t.Cleanup(func() { _ = db.Close() })
-			store, err := consumer.NewMemoryStore(consumer.WithScope("payments"), consumer.WithMaxAttempts(maxAttempts))
+			store, err := memory.NewStore(consumer.WithScope("payments"), consumer.WithMaxAttempts(maxAttempts))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -132,7 +133,7 @@ func TestWorkerBeforeMigrateDeadLettersNothing(t *testing.T) {
 	const n, maxAttempts = 20, 2
 	url := testenv.AMQP(t)
 	pool := unmigrated(t)
-	store, err := consumer.NewMemoryStore(consumer.WithScope("payments"), consumer.WithMaxAttempts(maxAttempts))
+	store, err := memory.NewStore(consumer.WithScope("payments"), consumer.WithMaxAttempts(maxAttempts))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -408,7 +409,7 @@ func TestCheckFindsAMissingMigration(t *testing.T) {
 				}
 			}
 			// InTx meets the same: an outage, not an attempt.
-			store, err := consumer.NewMemoryStore(consumer.WithScope("payments"), consumer.WithMaxAttempts(1))
+			store, err := memory.NewStore(consumer.WithScope("payments"), consumer.WithMaxAttempts(1))
 			if err != nil {
 				t.Fatal(err)
 			}

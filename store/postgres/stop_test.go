@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/internal/testenv"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
@@ -49,7 +50,7 @@ func runStopOwner() error {
 	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv(envRedis)})
 	defer rdb.Close()
 	prefix := os.Getenv(envPrefix)
-	store, err := consumer.NewRedisStore(rdb, consumer.WithPrefix(prefix), consumer.WithScope("payments"), consumer.WithLease(time.Second))
+	store, err := redisstore.NewStore(rdb, consumer.WithPrefix(prefix), consumer.WithScope("payments"), consumer.WithLease(time.Second))
 	if err != nil {
 		return err
 	}
@@ -85,7 +86,7 @@ func TestStoppedOwnerCannotCommit(t *testing.T) {
 	if err := child.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	store, err := consumer.NewRedisStore(rdb, consumer.WithPrefix(prefix), consumer.WithScope("payments"), consumer.WithLease(time.Second))
+	store, err := redisstore.NewStore(rdb, consumer.WithPrefix(prefix), consumer.WithScope("payments"), consumer.WithLease(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

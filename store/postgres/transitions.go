@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit/consumer"
-	"github.com/idemkit/idemkit/lua"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -212,7 +211,7 @@ func (st *Store) Settle(ctx context.Context, items []consumer.Settlement) []cons
 			it := items[i]
 			ks[j], owners[j], complete[j] = hashes[i], it.Owner, it.Complete
 			results[j], dropped[j], perms[j] = it.Result, it.Dropped, it.Permanent
-			msgs[j] = lua.CapError(storableText(it.Message))
+			msgs[j] = consumer.CapText(storableText(it.Message), consumer.MaxErrorText)
 		}
 		sql, args := st.sql.settle, []any{ks, owners, complete, results, dropped, msgs, perms, s.Retention.Milliseconds(), s.MaxAttempts}
 		if !slices.Contains(complete, false) {

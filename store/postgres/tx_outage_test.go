@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/store/memory"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -25,7 +26,7 @@ func TestInTxDatabaseOutOfReachIsNotAnAttempt(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(down.Close)
-	store, err := consumer.NewMemoryStore(consumer.WithScope("payments"), consumer.WithMaxAttempts(1))
+	store, err := memory.NewStore(consumer.WithScope("payments"), consumer.WithMaxAttempts(1))
 	if err != nil {
 		t.Fatal(err)
 	}

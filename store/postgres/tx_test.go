@@ -13,6 +13,8 @@ import (
 
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/internal/testenv"
+	"github.com/idemkit/idemkit/store/memory"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -33,9 +35,9 @@ func migrated(t *testing.T) *pgxpool.Pool {
 	return pool
 }
 
-func redisStore(t *testing.T) *consumer.RedisStore {
+func redisStore(t *testing.T) *redisstore.Store {
 	t.Helper()
-	s, err := consumer.NewRedisStore(testenv.Redis(t), consumer.WithPrefix(testenv.Prefix(t)), consumer.WithScope("payments"))
+	s, err := redisstore.NewStore(testenv.Redis(t), consumer.WithPrefix(testenv.Prefix(t)), consumer.WithScope("payments"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,8 +306,8 @@ func TestInTxOnPoolConnectionAndTransaction(t *testing.T) {
 	}
 	defer outer.Rollback(context.Background())
 	for name, db := range map[string]Beginner{"pool": one, "conn": conn, "tx": outer} {
-		first, _ := consumer.NewMemoryStore(consumer.WithScope("handles"))
-		second, _ := consumer.NewMemoryStore(consumer.WithScope("handles"))
+		first, _ := memory.NewStore(consumer.WithScope("handles"))
+		second, _ := memory.NewStore(consumer.WithScope("handles"))
 		for k := range 20 {
 			id := fmt.Sprintf("%s-%02d", name, k)
 			charge := func(ctx context.Context) (string, error) {
@@ -343,7 +345,7 @@ func TestInTxOnPoolConnectionAndTransaction(t *testing.T) {
 // gets an error, and no completion is recorded for an effect that is not there.
 func TestInTxFunctionEndsItsTransaction(t *testing.T) {
 	pool := migrated(t)
-	store, _ := consumer.NewMemoryStore(consumer.WithScope("ended"))
+	store, _ := memory.NewStore(consumer.WithScope("ended"))
 	ctx := context.Background()
 	r := consumer.ExecuteIdempotently(ctx, store, "k", nil, func(ctx context.Context) (string, error) {
 		return InTx(ctx, pool, func(ctx context.Context, tx pgx.Tx) (string, error) {
@@ -372,7 +374,7 @@ func TestInTxPanicGivesTheConnectionBack(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	one := poolOfOne(t, base)
-	store, _ := consumer.NewMemoryStore(consumer.WithScope("panics"))
+	store, _ := memory.NewStore(consumer.WithScope("panics"))
 	for k := range 3 {
 		r := consumer.ExecuteIdempotently(ctx, store, consumer.Key(fmt.Sprint("p", k)), nil, func(ctx context.Context) (string, error) {
 			return InTx(ctx, one, func(ctx context.Context, tx pgx.Tx) (string, error) {

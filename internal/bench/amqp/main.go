@@ -31,6 +31,7 @@ import (
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/internal/benchkit"
 	"github.com/idemkit/idemkit/internal/testenv"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 )
@@ -269,7 +270,7 @@ func (b *bench) worker(queue string, wait time.Duration, stallID string, stall t
 // workerUntil runs the worker over queue until every message settled, and
 // returns when until of them had.
 func (b *bench) workerUntil(queue string, wait time.Duration, stallID string, stall time.Duration, until int64) (time.Duration, error) {
-	store, err := consumer.NewRedisStore(b.rdb, consumer.WithPrefix("idemkit-bench-amqp-"+queue), consumer.WithScope("bench"))
+	store, err := redisstore.NewStore(b.rdb, consumer.WithPrefix("idemkit-bench-amqp-"+queue), consumer.WithScope("bench"))
 	if err != nil {
 		return 0, err
 	}

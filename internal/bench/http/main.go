@@ -38,6 +38,7 @@ import (
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/lua"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -89,7 +90,7 @@ func run(n, nslices, reps int) error {
 	version, redisPID := serverInfo(ctx, admin)
 
 	stamp := strconv.FormatInt(time.Now().UnixNano(), 36)
-	store, err := consumer.NewRedisStore(rdb, consumer.WithPrefix("idemkit-bench-http-"+stamp), consumer.WithScope("bench"))
+	store, err := redisstore.NewStore(rdb, consumer.WithPrefix("idemkit-bench-http-"+stamp), consumer.WithScope("bench"))
 	if err != nil {
 		return err
 	}
@@ -224,7 +225,7 @@ func run(n, nslices, reps int) error {
 
 // floor claims and completes key with the scripts directly, as a first request's
 // two round trips do, without HTTP or the middleware.
-func floor(ctx context.Context, rdb *redis.Client, store *consumer.RedisStore, key string) error {
+func floor(ctx context.Context, rdb *redis.Client, store *redisstore.Store, key string) error {
 	rk := store.RecordKey(consumer.Key("floor-" + key))
 	owner := "bench-" + key
 	if err := rdb.EvalSha(ctx, lua.BeginScript.Hash(), []string{rk}, 30000, 86400000, 5, owner, "", "0").Err(); err != nil {

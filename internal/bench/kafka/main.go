@@ -30,6 +30,7 @@ import (
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/internal/benchkit"
 	"github.com/idemkit/idemkit/internal/testenv"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -221,8 +222,8 @@ func (b *bench) handRolled() error {
 	})
 }
 
-func (b *bench) store(prefix, scope string) (*consumer.RedisStore, error) {
-	s, err := consumer.NewRedisStore(b.rdb, consumer.WithPrefix(prefix), consumer.WithScope(scope))
+func (b *bench) store(prefix, scope string) (*redisstore.Store, error) {
+	s, err := redisstore.NewStore(b.rdb, consumer.WithPrefix(prefix), consumer.WithScope(scope))
 	if err != nil {
 		return nil, err
 	}

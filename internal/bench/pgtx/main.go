@@ -32,6 +32,7 @@ import (
 	"github.com/idemkit/idemkit/internal/benchkit"
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/store/postgres"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
@@ -114,7 +115,7 @@ func run(n, storeN, reps int) error {
 	}
 	fmt.Printf("idemkit PostgreSQL transactional completion bench: %d messages per lane, one at a time, %d repetitions\n", n, reps)
 	for r := 1; r <= reps; r++ {
-		store, err := consumer.NewRedisStore(rdb, consumer.WithPrefix("idemkit-bench-pg-"+strconv.Itoa(r)+"-"+schema), consumer.WithScope("bench"))
+		store, err := redisstore.NewStore(rdb, consumer.WithPrefix("idemkit-bench-pg-"+strconv.Itoa(r)+"-"+schema), consumer.WithScope("bench"))
 		if err != nil {
 			return err
 		}

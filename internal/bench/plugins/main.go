@@ -40,6 +40,7 @@ import (
 	idemprom "github.com/idemkit/idemkit/contrib/prometheus"
 	"github.com/idemkit/idemkit/internal/benchkit"
 	"github.com/idemkit/idemkit/internal/testenv"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -79,7 +80,7 @@ var (
 // lane is one configuration of observers and what it measured.
 type lane struct {
 	name  string
-	store *consumer.RedisStore
+	store *redisstore.Store
 	spans *dropping // the exporter of its spans; nil without tracing
 	tp    *sdktrace.TracerProvider
 	stats benchkit.Lane // this repetition's
@@ -181,8 +182,8 @@ func run(n, b, reps, slices int) error {
 		if err != nil {
 			return err
 		}
-		if l.store, err = consumer.NewRedisStore(client, consumer.WithPrefix("idemkit-bench-plugins-"+runID),
-			consumer.WithScope("bench"), consumer.WithEvictionCheck(consumer.EvictionIgnore), consumer.WithObserver(obs...)); err != nil {
+		if l.store, err = redisstore.NewStore(client, consumer.WithPrefix("idemkit-bench-plugins-"+runID),
+			consumer.WithScope("bench"), redisstore.WithEvictionCheck(redisstore.EvictionIgnore), consumer.WithObserver(obs...)); err != nil {
 			return err
 		}
 		if err := l.store.Load(ctx); err != nil {

@@ -29,6 +29,7 @@ import (
 	"github.com/idemkit/idemkit/internal/benchkit"
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/replay"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -144,8 +145,8 @@ func run(keys, existing, n, reps, batch, conc int) error {
 	defer client.Close()
 	version, pid := benchkit.RedisInfo(ctx, client)
 	runID := strconv.FormatInt(time.Now().UnixNano(), 36)
-	store, err := consumer.NewRedisStore(client, consumer.WithPrefix("idemkit-bench-"+runID), consumer.WithScope("bench"),
-		consumer.WithEvictionCheck(consumer.EvictionIgnore), consumer.WithCallTimeout(30*time.Second))
+	store, err := redisstore.NewStore(client, consumer.WithPrefix("idemkit-bench-"+runID), consumer.WithScope("bench"),
+		redisstore.WithEvictionCheck(redisstore.EvictionIgnore), consumer.WithCallTimeout(30*time.Second))
 	if err != nil {
 		return err
 	}

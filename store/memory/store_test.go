@@ -1,15 +1,16 @@
-package consumer_test
+package memory_test
 
 import (
 	"testing"
 
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/consumer/consumertest"
+	"github.com/idemkit/idemkit/store/memory"
 )
 
 func TestMemoryStoreConformance(t *testing.T) {
 	consumertest.Run(t, func(t *testing.T, opts ...consumer.Option) (consumer.Store, error) {
-		return consumer.NewMemoryStore(opts...)
+		return memory.NewStore(opts...)
 	})
 }
 
@@ -18,8 +19,8 @@ func TestMemoryStoreConformance(t *testing.T) {
 func TestMemoryStoreBadInput(t *testing.T) {
 	consumertest.RunBadInput(t, consumertest.BadInputFixtures{
 		New: func(t *testing.T, opts ...consumer.Option) (consumer.Store, error) {
-			return consumer.NewMemoryStore(opts...)
+			return memory.NewStore(opts...)
 		},
-		NilStore: consumer.Store((*consumer.MemoryStore)(nil)),
+		NilStore: consumer.Store((*memory.Store)(nil)),
 	})
 }

@@ -1,19 +1,20 @@
-package consumer
+package redis
 
 import (
 	"context"
 	"strings"
 	"time"
 
+	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/lua"
 )
 
-// The operator's side of RedisStore: scans, batched reads and operator transitions,
+// The operator's side of Store: scans, batched reads and operator transitions,
 // for package admin (its Inspector) and package replay (its plan). They work on
 // any scope under the store's prefix, not only the store's own.
 
 // recordKeyIn is key's record key in scope ("" for the store's own).
-func (r *RedisStore) recordKeyIn(scope string, key Key) string {
+func (r *Store) recordKeyIn(scope string, key consumer.Key) string {
 	if scope == "" {
 		scope = r.s.Scope
 	}
@@ -29,49 +30,49 @@ func checkScope(scope string) error {
 }
 
 // ChangeRecord runs one operator transition (see OperatorOp) as one atomic script.
-func (r *RedisStore) ChangeRecord(ctx context.Context, c OperatorChange) (OperatorReply, error) {
+func (r *Store) ChangeRecord(ctx context.Context, c consumer.OperatorChange) (consumer.OperatorReply, error) {
 	if r == nil {
-		return OperatorReply{}, errNilStore
+		return consumer.OperatorReply{}, errNilStore
 	}
 	if err := c.Key.Validate(); err != nil {
-		return OperatorReply{}, err
+		return consumer.OperatorReply{}, err
 	}
 	if err := checkScope(c.Scope); err != nil {
-		return OperatorReply{}, err
+		return consumer.OperatorReply{}, err
 	}
 	var op lua.OperatorOp
 	switch c.Op {
-	case OpUnstick:
+	case consumer.OpUnstick:
 		op = lua.OpUnstick
-	case OpForget:
+	case consumer.OpForget:
 		op = lua.OpForget
-	case OpRerun:
+	case consumer.OpRerun:
 		op = lua.OpRerun
 	default:
-		return OperatorReply{}, configError("operator op %d: use OpUnstick, OpForget or OpRerun", c.Op)
+		return consumer.OperatorReply{}, configError("operator op %d: use consumer.OpUnstick, consumer.OpForget or OpRerun", c.Op)
 	}
 	ctx, cancel := r.bound(ctx)
 	defer cancel()
 	rep, err := r.runner.Operate(ctx, lua.OperateArgs{Key: r.recordKeyIn(c.Scope, c.Key), Op: op,
 		Now: time.Now().Unix(), Fence: c.Fence, Retention: r.s.Retention, Note: c.Note})
 	if err != nil {
-		return OperatorReply{}, &StoreError{Op: c.Op.String(), Err: err}
+		return consumer.OperatorReply{}, &consumer.StoreError{Op: c.Op.String(), Err: err}
 	}
-	out := OperatorReply{Fence: rep.Fence, NewFence: rep.NewFence, LeaseLeft: rep.LeaseLeft}
+	out := consumer.OperatorReply{Fence: rep.Fence, NewFence: rep.NewFence, LeaseLeft: rep.LeaseLeft}
 	if rep.State > 0 && rep.State <= lua.StateForgotten {
 		out.State = (&lua.Fields{State: rep.State}).StateName()
 	}
 	switch rep.Code {
 	case lua.OperatorOK:
-		out.Status = ChangeApplied
+		out.Status = consumer.ChangeApplied
 	case lua.OperatorNotFound:
-		out.Status = ChangeNotFound
+		out.Status = consumer.ChangeNotFound
 	case lua.OperatorWrongState:
-		out.Status = ChangeWrongState
+		out.Status = consumer.ChangeWrongState
 	case lua.OperatorFenceMoved:
-		out.Status = ChangeFenceMoved
+		out.Status = consumer.ChangeFenceMoved
 	default:
-		return out, &CorruptRecordError{Key: c.Key, Reason: "key holds a value that is not an idemkit record"}
+		return out, &consumer.CorruptRecordError{Key: c.Key, Reason: "key holds a value that is not an idemkit record"}
 	}
 	return out, nil
 }
@@ -79,7 +80,7 @@ func (r *RedisStore) ChangeRecord(ctx context.Context, c OperatorChange) (Operat
 // PeekRecords reads the records of keys in scope ("" for the store's own) without
 // changing them, in one round trip of plain reads (no script runs). Each answer's
 // Now is this process's clock.
-func (r *RedisStore) PeekRecords(ctx context.Context, scope string, keys []Key) ([]AdminRecord, error) {
+func (r *Store) PeekRecords(ctx context.Context, scope string, keys []consumer.Key) ([]consumer.AdminRecord, error) {
 	if r == nil {
 		return nil, errNilStore
 	}
@@ -100,9 +101,9 @@ func (r *RedisStore) PeekRecords(ctx context.Context, scope string, keys []Key) 
 	defer cancel()
 	recs, err := r.runner.PeekMany(ctx, refs)
 	if err != nil {
-		return nil, &StoreError{Op: "peek", Err: err}
+		return nil, &consumer.StoreError{Op: "peek", Err: err}
 	}
-	out := make([]AdminRecord, len(keys))
+	out := make([]consumer.AdminRecord, len(keys))
 	for i, rec := range recs {
 		out[i] = adminRecord(scope, keys[i], rec)
 	}
@@ -116,16 +117,16 @@ func (r *RedisStore) PeekRecords(ctx context.Context, scope string, keys []Key) 
 // complete scan returns every record that existed throughout it at least once, and
 // may return one twice. Without a scope, a record's scope is read as the text up to
 // the first ':' in its hash tag (scopes with ':' in them are listed split there).
-func (r *RedisStore) ScanRecords(ctx context.Context, q ScanQuery) (ScanPage, error) {
+func (r *Store) ScanRecords(ctx context.Context, q consumer.ScanQuery) (consumer.ScanPage, error) {
 	if r == nil {
-		return ScanPage{}, errNilStore
+		return consumer.ScanPage{}, errNilStore
 	}
 	if err := checkScope(q.Scope); err != nil {
-		return ScanPage{}, err
+		return consumer.ScanPage{}, err
 	}
 	count := q.Count
 	if count <= 0 {
-		count = DefaultScanCount
+		count = consumer.DefaultScanCount
 	}
 	head := r.s.Prefix + ":{"
 	match := globEscape(head) + "*"
@@ -137,9 +138,9 @@ func (r *RedisStore) ScanRecords(ctx context.Context, q ScanQuery) (ScanPage, er
 	defer cancel()
 	page, err := r.runner.Scan(ctx, q.Cursor, match, count)
 	if err != nil {
-		return ScanPage{}, &StoreError{Op: "scan", Err: err}
+		return consumer.ScanPage{}, &consumer.StoreError{Op: "scan", Err: err}
 	}
-	out := ScanPage{Next: page.Next, Node: page.Node, Records: make([]AdminRecord, 0, len(page.Records))}
+	out := consumer.ScanPage{Next: page.Next, Node: page.Node, Records: make([]consumer.AdminRecord, 0, len(page.Records))}
 	for _, sr := range page.Records {
 		rest, ok := strings.CutPrefix(sr.Key, head)
 		if !ok || !strings.HasSuffix(rest, "}") {
@@ -153,14 +154,14 @@ func (r *RedisStore) ScanRecords(ctx context.Context, q ScanQuery) (ScanPage, er
 				continue
 			}
 		}
-		out.Records = append(out.Records, adminRecord(scope, Key(rest), sr.Record))
+		out.Records = append(out.Records, adminRecord(scope, consumer.Key(rest), sr.Record))
 	}
 	return out, nil
 }
 
 // KeyCount is how many keys the store's Redis primaries hold in all (DBSIZE of
 // each), records and everything else.
-func (r *RedisStore) KeyCount(ctx context.Context) (int64, error) {
+func (r *Store) KeyCount(ctx context.Context) (int64, error) {
 	if r == nil {
 		return 0, errNilStore
 	}
@@ -168,7 +169,7 @@ func (r *RedisStore) KeyCount(ctx context.Context) (int64, error) {
 	defer cancel()
 	n, err := r.runner.KeyCount(ctx)
 	if err != nil {
-		return 0, &StoreError{Op: "dbsize", Err: err}
+		return 0, &consumer.StoreError{Op: "dbsize", Err: err}
 	}
 	return n, nil
 }
@@ -186,8 +187,8 @@ func globEscape(s string) string {
 }
 
 // adminRecord turns a record read by package lua into what an operator sees.
-func adminRecord(scope string, key Key, rec lua.Record) AdminRecord {
-	out := AdminRecord{Scope: scope, Record: Record{Key: key, Found: rec.Found, Now: rec.Now, TTL: rec.TTL}}
+func adminRecord(scope string, key consumer.Key, rec lua.Record) consumer.AdminRecord {
+	out := consumer.AdminRecord{Scope: scope, Record: consumer.Record{Key: key, Found: rec.Found, Now: rec.Now, TTL: rec.TTL}}
 	if !rec.Found {
 		return out
 	}
@@ -210,13 +211,13 @@ func adminRecord(scope string, key Key, rec lua.Record) AdminRecord {
 		o.Result = f.Result
 	}
 	for _, h := range f.History {
-		o.History = append(o.History, AttemptError(h))
+		o.History = append(o.History, consumer.AttemptError(h))
 	}
 	if len(o.History) > 0 {
 		o.Error = o.History[0].Message
 	}
 	for _, n := range f.Notes {
-		out.Notes = append(out.Notes, OperatorNote(n))
+		out.Notes = append(out.Notes, consumer.OperatorNote(n))
 	}
 	return out
 }

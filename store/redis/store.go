@@ -1,4 +1,4 @@
-package consumer
+package redis
 
 import (
 	"context"
@@ -7,23 +7,25 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/lua"
-	"github.com/redis/go-redis/v9"
+	goredis "github.com/redis/go-redis/v9"
 )
 
-// RedisStore keeps records in Redis, changed only by the scripts of package lua.
+// Store keeps records in Redis, changed only by the scripts of package lua.
 // It works with any go-redis UniversalClient: a single server, a Sentinel-managed
-// primary (redis.NewFailoverClient) or a Redis Cluster. It is safe for concurrent use.
-type RedisStore struct {
-	s      Settings
-	client redis.UniversalClient
-	runner *lua.Runner
-	warned sync.Map // what warnOnce has logged
+// primary (redis.NewFailoverClient of go-redis) or a Redis Cluster. It is safe for concurrent use.
+type Store struct {
+	s        consumer.Settings
+	client   goredis.UniversalClient
+	runner   *lua.Runner
+	eviction EvictionCheck // what WithEvictionCheck set
+	warned   sync.Map      // what warnOnce has logged
 }
 
-var _ Store = (*RedisStore)(nil)
+var _ consumer.Store = (*Store)(nil)
 
-// NewRedisStore returns a store on client. It checks the options and fails with
+// NewStore returns a store on client. It checks the options and fails with
 // ErrInvalidConfig when one is out of range. It then reads each node's
 // configuration, in one round trip bounded by a second: a node whose
 // maxmemory-policy may evict records is logged at Warn, or refused under
@@ -31,15 +33,19 @@ var _ Store = (*RedisStore)(nil)
 // a node that does not answer is logged, not refused (workers may start before
 // Redis; claims fail closed until it answers; call Check to wait for it). Scripts
 // are loaded on first use and reloaded whenever the server has lost them.
-func NewRedisStore(client redis.UniversalClient, opts ...Option) (*RedisStore, error) {
+func NewStore(client goredis.UniversalClient, opts ...consumer.Option) (*Store, error) {
 	if client == nil || nilPointer(client) {
 		return nil, configError("nil Redis client: pass a *redis.Client, *redis.ClusterClient or redis.NewUniversalClient(...)")
 	}
-	s, err := newSettings(opts)
+	s, err := consumer.NewSettings(opts...)
 	if err != nil {
 		return nil, err
 	}
-	r := &RedisStore{s: s, client: client, runner: lua.NewRunner(client)}
+	eviction, err := evictionCheck(s)
+	if err != nil {
+		return nil, err
+	}
+	r := &Store{s: s, client: client, runner: lua.NewRunner(client), eviction: eviction}
 	if err := r.startupCheck(); err != nil {
 		return nil, err
 	}
@@ -55,27 +61,27 @@ func nilPointer(v any) bool {
 
 // Settings returns the store's resolved options (zero Settings on a nil store,
 // which ExecuteIdempotently and ExecuteBatch refuse with ErrInvalidConfig).
-func (r *RedisStore) Settings() Settings {
+func (r *Store) Settings() consumer.Settings {
 	if r == nil {
-		return Settings{}
+		return consumer.Settings{}
 	}
 	return r.s
 }
 
 // Load loads the scripts into Redis (on every primary of a cluster) ahead of the
 // first call. Optional: scripts are loaded on demand too.
-func (r *RedisStore) Load(ctx context.Context) error {
+func (r *Store) Load(ctx context.Context) error {
 	if r == nil {
 		return errNilStore
 	}
 	if err := r.runner.Load(ctx); err != nil {
-		return &StoreError{Op: "load", Err: err}
+		return &consumer.StoreError{Op: "load", Err: err}
 	}
 	return nil
 }
 
 // RecordKey is the Redis key of key's record: <prefix>:{<scope>:<key>}.
-func (r *RedisStore) RecordKey(key Key) string {
+func (r *Store) RecordKey(key consumer.Key) string {
 	if r == nil {
 		return ""
 	}
@@ -84,12 +90,12 @@ func (r *RedisStore) RecordKey(key Key) string {
 
 // Begin claims records, in one round trip: a fresh key with SET NX PX inside the
 // begin script, an existing one through the state machine.
-func (r *RedisStore) Begin(ctx context.Context, claims []Claim) []ClaimReply {
+func (r *Store) Begin(ctx context.Context, claims []consumer.Claim) []consumer.ClaimReply {
 	if r == nil {
-		return nilStore[ClaimReply](len(claims), func(err error) ClaimReply { return ClaimReply{Err: err} })
+		return nilStore[consumer.ClaimReply](len(claims), func(err error) consumer.ClaimReply { return consumer.ClaimReply{Err: err} })
 	}
-	b := &beginBatch{claims: claims, out: make([]ClaimReply, len(claims))}
-	for i, ref := range r.recordKeys(len(claims), func(i int) Key { return claims[i].Key }) {
+	b := &beginBatch{claims: claims, out: make([]consumer.ClaimReply, len(claims))}
+	for i, ref := range r.recordKeys(len(claims), func(i int) consumer.Key { return claims[i].Key }) {
 		b.out[i].Ref = ref
 	}
 	ctx, cancel := r.bound(ctx)
@@ -101,8 +107,8 @@ func (r *RedisStore) Begin(ctx context.Context, claims []Claim) []ClaimReply {
 
 // beginBatch is a Begin call's claims as the lua runner reads them.
 type beginBatch struct {
-	claims []Claim
-	out    []ClaimReply // Ref set beforehand
+	claims []consumer.Claim
+	out    []consumer.ClaimReply // Ref set beforehand
 }
 
 func (b *beginBatch) Len() int { return len(b.claims) }
@@ -119,7 +125,7 @@ func (b *beginBatch) Item(i int) lua.BeginItem {
 func (b *beginBatch) Answer(i int, rep lua.BeginReply) { claimReply(&b.out[i], b.claims[i].Key, &rep) }
 
 // recordKeys are the record keys of n keys, made in one allocation.
-func (r *RedisStore) recordKeys(n int, key func(i int) Key) []string {
+func (r *Store) recordKeys(n int, key func(i int) consumer.Key) []string {
 	size := 0
 	for i := 0; i < n; i++ {
 		size += len(r.s.Prefix) + len(r.s.Scope) + len(key(i)) + 4
@@ -146,9 +152,9 @@ func (r *RedisStore) recordKeys(n int, key func(i int) Key) []string {
 }
 
 // claimReply fills c (whose Ref is set) from the script's answer.
-func claimReply(c *ClaimReply, key Key, rep *lua.BeginReply) {
+func claimReply(c *consumer.ClaimReply, key consumer.Key, rep *lua.BeginReply) {
 	if rep.Err != nil {
-		c.Err = &StoreError{Op: "begin", Err: rep.Err}
+		c.Err = &consumer.StoreError{Op: "begin", Err: rep.Err}
 		return
 	}
 	c.Fence, c.Attempts, c.Lease = rep.Fence, rep.Attempts, millis(rep.Millis)
@@ -158,26 +164,26 @@ func claimReply(c *ClaimReply, key Key, rep *lua.BeginReply) {
 	}
 	switch rep.Code {
 	case lua.Acquired:
-		c.Status = StatusAcquired
+		c.Status = consumer.StatusAcquired
 	case lua.TakenOver:
-		c.Status = StatusTakenOver
+		c.Status = consumer.StatusTakenOver
 	case lua.InProgress:
-		c.Status = StatusInProgress
+		c.Status = consumer.StatusInProgress
 	case lua.Duplicate:
-		c.Status, c.Result, c.Dropped = StatusCompleted, []byte(rep.Data), rep.Flag
+		c.Status, c.Result, c.Dropped = consumer.StatusCompleted, []byte(rep.Data), rep.Flag
 	case lua.Failed:
-		c.Status, c.Message, c.Permanent = StatusFailed, rep.Data, rep.Flag != "x"
+		c.Status, c.Message, c.Permanent = consumer.StatusFailed, rep.Data, rep.Flag != "x"
 	case lua.Exhausted:
-		c.Status, c.Message = StatusExhausted, rep.Data
+		c.Status, c.Message = consumer.StatusExhausted, rep.Data
 	case lua.Conflict:
-		c.Status = StatusConflict
+		c.Status = consumer.StatusConflict
 	default:
-		c.Err = &CorruptRecordError{Key: key, Reason: rep.Data}
+		c.Err = &consumer.CorruptRecordError{Key: key, Reason: rep.Data}
 	}
 }
 
 // ref is the record key the caller passed back, or the one worked out again.
-func (r *RedisStore) ref(ref string, key Key) string {
+func (r *Store) ref(ref string, key consumer.Key) string {
 	if ref != "" {
 		return ref
 	}
@@ -185,14 +191,14 @@ func (r *RedisStore) ref(ref string, key Key) string {
 }
 
 // Settle completes or fails claimed records, in one round trip.
-func (r *RedisStore) Settle(ctx context.Context, items []Settlement) []SettleReply {
+func (r *Store) Settle(ctx context.Context, items []consumer.Settlement) []consumer.SettleReply {
 	if r == nil {
-		return nilStore[SettleReply](len(items), func(err error) SettleReply { return SettleReply{Err: err} })
+		return nilStore[consumer.SettleReply](len(items), func(err error) consumer.SettleReply { return consumer.SettleReply{Err: err} })
 	}
-	b := &settleBatch{items: items, out: make([]SettleReply, len(items))}
+	b := &settleBatch{items: items, out: make([]consumer.SettleReply, len(items))}
 	for i := range items {
 		if items[i].Ref == "" { // the caller did not pass the claims' refs back: work them out once
-			b.refs = r.recordKeys(len(items), func(i int) Key { return items[i].Key })
+			b.refs = r.recordKeys(len(items), func(i int) consumer.Key { return items[i].Key })
 			break
 		}
 	}
@@ -204,9 +210,9 @@ func (r *RedisStore) Settle(ctx context.Context, items []Settlement) []SettleRep
 
 // settleBatch is a Settle call's items as the lua runner reads them.
 type settleBatch struct {
-	items []Settlement
+	items []consumer.Settlement
 	refs  []string // the record keys, when the items lack their Ref
-	out   []SettleReply
+	out   []consumer.SettleReply
 }
 
 func (b *settleBatch) Len() int { return len(b.items) }
@@ -238,16 +244,16 @@ func (b *settleBatch) Answer(i int, rep lua.AckReply) {
 }
 
 // Extend renews the leases of running attempts, in one round trip.
-func (r *RedisStore) Extend(ctx context.Context, items []Owned) []error {
+func (r *Store) Extend(ctx context.Context, items []consumer.Owned) []error {
 	return r.owned(ctx, "extend", items)
 }
 
 // Release gives claims back without a result, in one round trip.
-func (r *RedisStore) Release(ctx context.Context, items []Owned) []error {
+func (r *Store) Release(ctx context.Context, items []consumer.Owned) []error {
 	return r.owned(ctx, "release", items)
 }
 
-func (r *RedisStore) owned(ctx context.Context, op string, items []Owned) []error {
+func (r *Store) owned(ctx context.Context, op string, items []consumer.Owned) []error {
 	if r == nil {
 		return nilStore[error](len(items), func(err error) error { return err })
 	}
@@ -270,36 +276,36 @@ func (r *RedisStore) owned(ctx context.Context, op string, items []Owned) []erro
 	return out
 }
 
-func ackErr(op string, key Key, fence int64, rep lua.AckReply) error {
+func ackErr(op string, key consumer.Key, fence int64, rep lua.AckReply) error {
 	switch {
 	case rep.Err != nil:
-		return &StoreError{Op: op, Err: rep.Err}
+		return &consumer.StoreError{Op: op, Err: rep.Err}
 	case rep.Ack == lua.AckLeaseLost:
-		return &LeaseLostError{Key: key, Fence: fence, Reason: op + ": the claim belongs to another owner or has ended"}
+		return &consumer.LeaseLostError{Key: key, Fence: fence, Reason: op + ": the claim belongs to another owner or has ended"}
 	case rep.Ack == lua.AckCorrupt:
-		return &CorruptRecordError{Key: key, Reason: "key holds a value that is not an idemkit record"}
+		return &consumer.CorruptRecordError{Key: key, Reason: "key holds a value that is not an idemkit record"}
 	}
 	return nil
 }
 
 // Peek reads one record without changing it.
-func (r *RedisStore) Peek(ctx context.Context, key Key) (Record, error) {
+func (r *Store) Peek(ctx context.Context, key consumer.Key) (consumer.Record, error) {
 	if r == nil {
-		return Record{}, errNilStore
+		return consumer.Record{}, errNilStore
 	}
 	if err := key.Validate(); err != nil {
-		return Record{}, err
+		return consumer.Record{}, err
 	}
 	ctx, cancel := r.bound(ctx)
 	defer cancel()
 	rec, err := r.runner.Peek(ctx, r.RecordKey(key))
 	if err != nil {
-		return Record{}, &StoreError{Op: "peek", Err: err}
+		return consumer.Record{}, &consumer.StoreError{Op: "peek", Err: err}
 	}
 	if rec.Corrupt {
-		return Record{Key: key, Found: true}, &CorruptRecordError{Key: key, Reason: rec.Reason}
+		return consumer.Record{Key: key, Found: true}, &consumer.CorruptRecordError{Key: key, Reason: rec.Reason}
 	}
-	out := Record{Key: key, Found: rec.Found, Now: rec.Now, TTL: rec.TTL}
+	out := consumer.Record{Key: key, Found: rec.Found, Now: rec.Now, TTL: rec.TTL}
 	if !rec.Found {
 		return out, nil
 	}
@@ -317,7 +323,7 @@ func (r *RedisStore) Peek(ctx context.Context, key Key) (Record, error) {
 		out.Result = f.Result
 	}
 	for _, h := range f.History {
-		out.History = append(out.History, AttemptError(h))
+		out.History = append(out.History, consumer.AttemptError(h))
 	}
 	if len(out.History) > 0 {
 		out.Error = out.History[0].Message
@@ -327,7 +333,7 @@ func (r *RedisStore) Peek(ctx context.Context, key Key) (Record, error) {
 
 // bound limits ctx to the call timeout: the runner stops waiting for a reply then,
 // whether or not the client honours context deadlines.
-func (r *RedisStore) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+func (r *Store) bound(ctx context.Context) (context.Context, context.CancelFunc) {
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= r.s.CallTimeout {
 		return ctx, func() {} // the caller's bound is already as tight
 	}

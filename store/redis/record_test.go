@@ -1,4 +1,4 @@
-package consumer_test
+package redis_test
 
 import (
 	"context"
@@ -11,7 +11,8 @@ import (
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/consumer/consumertest"
 	"github.com/idemkit/idemkit/internal/testenv"
-	"github.com/idemkit/idemkit/lua"
+	"github.com/idemkit/idemkit/store/memory"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 )
 
 // ttlNear fails t unless the record's TTL is within [lo, hi].
@@ -90,11 +91,11 @@ func TestLeaseSurvivesARetentionChange(t *testing.T) {
 	c := testenv.Redis(t)
 	prefix := testenv.Prefix(t)
 	lease := 500 * time.Millisecond
-	old, err := consumer.NewRedisStore(c, consumer.WithPrefix(prefix), consumer.WithLease(lease), consumer.WithRetention(time.Second))
+	old, err := redisstore.NewStore(c, consumer.WithPrefix(prefix), consumer.WithLease(lease), consumer.WithRetention(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	changed, err := consumer.NewRedisStore(c, consumer.WithPrefix(prefix), consumer.WithLease(lease), consumer.WithRetention(time.Hour))
+	changed, err := redisstore.NewStore(c, consumer.WithPrefix(prefix), consumer.WithLease(lease), consumer.WithRetention(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +105,7 @@ func TestLeaseSurvivesARetentionChange(t *testing.T) {
 	if b.Status != consumer.StatusInProgress || b.Lease <= 0 || b.Lease > lease {
 		t.Fatalf("during A's lease, under a longer retention: %+v, want IN_PROGRESS with at most %v left", b, lease)
 	}
-	shorter, err := consumer.NewRedisStore(c, consumer.WithPrefix(prefix), consumer.WithLease(lease), consumer.WithRetention(time.Second))
+	shorter, err := redisstore.NewStore(c, consumer.WithPrefix(prefix), consumer.WithLease(lease), consumer.WithRetention(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +132,7 @@ func TestLeaseSurvivesARetentionChange(t *testing.T) {
 func TestErrorTextIsCapped(t *testing.T) {
 	for name, s := range map[string]consumer.Store{
 		"redis":  newRedisStore(t, testenv.Redis(t), consumer.WithMaxAttempts(6)),
-		"memory": must(consumer.NewMemoryStore(consumer.WithMaxAttempts(6))),
+		"memory": must(memory.NewStore(consumer.WithMaxAttempts(6))),
 	} {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
@@ -149,14 +150,14 @@ func TestErrorTextIsCapped(t *testing.T) {
 			if err != nil || rec.State != "retry" || rec.Attempts != 5 {
 				t.Fatalf("record: %v %v", rec.State, err)
 			}
-			if len(rec.Error) > lua.MaxErrorText || !strings.HasPrefix(rec.Error, "attempt 5: ") || !strings.Contains(rec.Error, "cut from") {
+			if len(rec.Error) > consumer.MaxErrorText || !strings.HasPrefix(rec.Error, "attempt 5: ") || !strings.Contains(rec.Error, "cut from") {
 				t.Fatalf("last error: %d bytes, starts %q", len(rec.Error), rec.Error[:20])
 			}
-			if len(rec.History) != lua.HistoryLen {
-				t.Fatalf("history of %d, want %d", len(rec.History), lua.HistoryLen)
+			if len(rec.History) != consumer.HistoryLen {
+				t.Fatalf("history of %d, want %d", len(rec.History), consumer.HistoryLen)
 			}
 			for i, h := range rec.History[1:] {
-				if len(h.Message) > lua.HistoryText || !strings.HasPrefix(h.Message, fmt.Sprintf("attempt %d: ", 4-i)) {
+				if len(h.Message) > consumer.HistoryText || !strings.HasPrefix(h.Message, fmt.Sprintf("attempt %d: ", 4-i)) {
 					t.Fatalf("history %d: %d bytes %q", i+1, len(h.Message), h.Message[:12])
 				}
 			}
@@ -180,6 +181,6 @@ func must[S any](s S, err error) S {
 func TestMemoryAndRedisAgree(t *testing.T) {
 	c := testenv.Redis(t)
 	consumertest.Agree(t, func(t *testing.T, opts ...consumer.Option) (consumer.Store, error) {
-		return consumer.NewRedisStore(c, append(opts, consumer.WithPrefix(testenv.Prefix(t)))...)
+		return redisstore.NewStore(c, append(opts, consumer.WithPrefix(testenv.Prefix(t)))...)
 	})
 }

@@ -1,4 +1,4 @@
-package consumer_test
+package redis_test
 
 import (
 	"bufio"
@@ -14,6 +14,7 @@ import (
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/lua"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -26,9 +27,9 @@ type fullRedis struct {
 }
 
 // store is a store on f's private server, under one prefix for every test.
-func (f fullRedis) store(t *testing.T, opts ...consumer.Option) *consumer.RedisStore {
+func (f fullRedis) store(t *testing.T, opts ...consumer.Option) *redisstore.Store {
 	t.Helper()
-	s, err := consumer.NewRedisStore(f.c, append([]consumer.Option{consumer.WithPrefix("full"), consumer.WithScope("full")}, opts...)...)
+	s, err := redisstore.NewStore(f.c, append([]consumer.Option{consumer.WithPrefix("full"), consumer.WithScope("full")}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +84,7 @@ func refusedStoreError(err error) error {
 	var se *consumer.StoreError
 	if !errors.As(err, &se) || !errors.Is(err, consumer.ErrStoreUnavailable) || errors.Is(err, consumer.ErrCorruptRecord) ||
 		!consumer.Retryable(err) {
-		return fmt.Errorf("want a *StoreError for a write Redis refused, got %T %v", err, err)
+		return fmt.Errorf("want a *consumer.StoreError for a write Redis refused, got %T %v", err, err)
 	}
 	return nil
 }
@@ -100,12 +101,12 @@ type oomCase struct {
 type oomEnv struct {
 	t      *testing.T
 	ctx    context.Context
-	s      *consumer.RedisStore
+	s      *redisstore.Store
 	redis  fullRedis
 	claims map[consumer.Key]consumer.ClaimReply
 }
 
-func (e *oomEnv) claim(s *consumer.RedisStore, key consumer.Key, owner string, locked bool) consumer.ClaimReply {
+func (e *oomEnv) claim(s *redisstore.Store, key consumer.Key, owner string, locked bool) consumer.ClaimReply {
 	e.t.Helper()
 	rep := s.Begin(e.ctx, []consumer.Claim{{Key: key, Owner: owner, Locked: locked, Fingerprint: consumer.FingerprintOf([]byte("p"))}})[0]
 	if !rep.Claimed() {
@@ -135,7 +136,7 @@ func (e *oomEnv) settle(keys []consumer.Key, complete, permanent bool) []error {
 }
 
 // begin claims keys for new owners through s, and wants status once Redis has room.
-func (e *oomEnv) begin(s *consumer.RedisStore, keys []consumer.Key, locked bool, want consumer.ClaimStatus) []error {
+func (e *oomEnv) begin(s *redisstore.Store, keys []consumer.Key, locked bool, want consumer.ClaimStatus) []error {
 	claims := make([]consumer.Claim, len(keys))
 	for i, k := range keys {
 		claims[i] = consumer.Claim{Key: k, Owner: "new-owner", Locked: locked, Fingerprint: consumer.FingerprintOf([]byte("p"))}

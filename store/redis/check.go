@@ -1,4 +1,4 @@
-package consumer
+package redis
 
 import (
 	"context"
@@ -9,10 +9,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/idemkit/idemkit/consumer"
+	goredis "github.com/redis/go-redis/v9"
 )
 
-// EvictionCheck says what a RedisStore does about a Redis that may evict its
+// EvictionCheck says what a Store does about a Redis that may evict its
 // records. Records all carry a TTL, so every maxmemory-policy but noeviction
 // (allkeys-*, volatile-*) evicts them once maxmemory is reached, and an evicted
 // completed record runs its handler again.
@@ -22,20 +23,32 @@ type EvictionCheck int
 const (
 	// EvictionWarn logs a warning (the default).
 	EvictionWarn EvictionCheck = iota
-	// EvictionRefuse makes NewRedisStore and Check fail with ErrInvalidConfig.
+	// EvictionRefuse makes NewStore and Check fail with ErrInvalidConfig.
 	EvictionRefuse
 	// EvictionIgnore skips the check, and the start-up inspection with it.
 	EvictionIgnore
 )
 
-// WithEvictionCheck sets what a RedisStore does when a Redis node may evict
+// WithEvictionCheck sets what a Store does when a Redis node may evict
 // records (maxmemory set and maxmemory-policy other than noeviction): warn, refuse,
 // or not look. Default EvictionWarn. The memory store ignores it.
-func WithEvictionCheck(c EvictionCheck) Option {
-	return optFunc(func(s *Settings) { s.EvictionCheck = c })
+func WithEvictionCheck(c EvictionCheck) consumer.Option {
+	return consumer.StoreSetting(evictionKey{}, c)
 }
 
-// startupCheckTimeout bounds the inspection NewRedisStore makes.
+// evictionKey carries WithEvictionCheck's value in the store's Settings.
+type evictionKey struct{}
+
+// evictionCheck reads WithEvictionCheck's value from s: EvictionWarn unless set.
+func evictionCheck(s consumer.Settings) (EvictionCheck, error) {
+	c, _ := s.StoreSetting(evictionKey{}).(EvictionCheck)
+	if c < EvictionWarn || c > EvictionIgnore {
+		return c, configError("eviction check %d: WithEvictionCheck takes EvictionWarn, EvictionRefuse or EvictionIgnore", c)
+	}
+	return c, nil
+}
+
+// startupCheckTimeout bounds the inspection NewStore makes.
 const startupCheckTimeout = time.Second
 
 // nodeReport is what the inspection found on one Redis node.
@@ -63,7 +76,7 @@ func (n nodeReport) persists() bool { return n.aof || strings.TrimSpace(n.save) 
 // naming the node whose maxmemory-policy evicts records. Other findings (an
 // evicting policy under EvictionWarn, no persistence) are logged at Warn, once
 // per store. The call is bounded by WithCallTimeout.
-func (r *RedisStore) Check(ctx context.Context) error {
+func (r *Store) Check(ctx context.Context) error {
 	if r == nil {
 		return errNilStore
 	}
@@ -72,11 +85,11 @@ func (r *RedisStore) Check(ctx context.Context) error {
 	reports := inspect(ctx, r.client)
 	for _, n := range reports {
 		if n.err != nil {
-			return &StoreError{Op: "check", Err: fmt.Errorf("the Redis node at %s does not answer: %w; check the address in "+
+			return &consumer.StoreError{Op: "check", Err: fmt.Errorf("the Redis node at %s does not answer: %w; check the address in "+
 				"the client's options, that the server runs, and that this host may reach it", n.addr, n.err)}
 		}
 	}
-	if r.s.EvictionCheck != EvictionIgnore {
+	if r.eviction != EvictionIgnore {
 		if err := r.judge(reports); err != nil {
 			return err
 		}
@@ -84,10 +97,10 @@ func (r *RedisStore) Check(ctx context.Context) error {
 	return r.Load(ctx)
 }
 
-// startupCheck is NewRedisStore's bounded inspection: an unreachable Redis is only
+// startupCheck is NewStore's bounded inspection: an unreachable Redis is only
 // logged (workers may start before it; calls fail closed until it answers).
-func (r *RedisStore) startupCheck() error {
-	if r.s.EvictionCheck == EvictionIgnore {
+func (r *Store) startupCheck() error {
+	if r.eviction == EvictionIgnore {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), min(startupCheckTimeout, r.s.CallTimeout))
@@ -103,7 +116,7 @@ func (r *RedisStore) startupCheck() error {
 }
 
 // judge logs or refuses what the reports found.
-func (r *RedisStore) judge(reports []nodeReport) error {
+func (r *Store) judge(reports []nodeReport) error {
 	for _, n := range reports {
 		switch {
 		case n.err != nil:
@@ -112,12 +125,12 @@ func (r *RedisStore) judge(reports []nodeReport) error {
 				"maxmemory-policy is noeviction and persistence is on", slogArgs(n, "err", n.configErr)...)
 		default:
 			if n.evicts() {
-				if r.s.EvictionCheck == EvictionRefuse {
+				if r.eviction == EvictionRefuse {
 					return configError("Redis at %s has maxmemory %d with maxmemory-policy %s: it evicts idemkit "+
 						"records, whose handlers would then run again; set maxmemory-policy noeviction (or maxmemory 0), "+
 						"or use a Redis of its own for idemkit", n.addr, n.maxmemory, n.policy)
 				}
-				if r.s.EvictionCheck == EvictionWarn {
+				if r.eviction == EvictionWarn {
 					r.warnOnce("evict:"+n.addr, "consumer: Redis may evict idemkit records (their handlers would run "+
 						"again): set maxmemory-policy noeviction", slogArgs(n)...)
 				}
@@ -137,7 +150,7 @@ func slogArgs(n nodeReport, extra ...any) []any {
 }
 
 // warnOnce logs msg the first time this store meets what.
-func (r *RedisStore) warnOnce(what, msg string, args ...any) {
+func (r *Store) warnOnce(what, msg string, args ...any) {
 	if _, seen := r.warned.LoadOrStore(what, true); !seen {
 		r.s.Logger.Warn(msg, args...)
 	}
@@ -145,7 +158,7 @@ func (r *RedisStore) warnOnce(what, msg string, args ...any) {
 
 // inspect reads every node's configuration, each in one round trip, and stops
 // waiting when ctx is done whether or not the client honours its deadline.
-func inspect(ctx context.Context, c redis.UniversalClient) []nodeReport {
+func inspect(ctx context.Context, c goredis.UniversalClient) []nodeReport {
 	done := make(chan []nodeReport, 1)
 	go func() { done <- inspectNodes(ctx, c) }()
 	select {
@@ -156,10 +169,10 @@ func inspect(ctx context.Context, c redis.UniversalClient) []nodeReport {
 	}
 }
 
-func inspectNodes(ctx context.Context, c redis.UniversalClient) []nodeReport {
+func inspectNodes(ctx context.Context, c goredis.UniversalClient) []nodeReport {
 	var mu sync.Mutex
 	var out []nodeReport
-	one := func(ctx context.Context, node *redis.Client) error {
+	one := func(ctx context.Context, node *goredis.Client) error {
 		n := readNode(ctx, node)
 		mu.Lock()
 		out = append(out, n)
@@ -168,11 +181,11 @@ func inspectNodes(ctx context.Context, c redis.UniversalClient) []nodeReport {
 	}
 	var err error
 	switch cc := c.(type) {
-	case *redis.ClusterClient:
+	case *goredis.ClusterClient:
 		err = cc.ForEachMaster(ctx, one)
-	case *redis.Ring:
+	case *goredis.Ring:
 		err = cc.ForEachShard(ctx, one)
-	case *redis.Client:
+	case *goredis.Client:
 		_ = one(ctx, cc)
 	default:
 		out = append(out, nodeReport{addr: fmt.Sprintf("%T", c), err: c.Ping(ctx).Err()})
@@ -183,11 +196,11 @@ func inspectNodes(ctx context.Context, c redis.UniversalClient) []nodeReport {
 	return out
 }
 
-func readNode(ctx context.Context, c *redis.Client) nodeReport {
+func readNode(ctx context.Context, c *goredis.Client) nodeReport {
 	n := nodeReport{addr: addrOf(c)}
 	pipe := c.Pipeline()
 	ping := pipe.Ping(ctx)
-	cfg := []*redis.MapStringStringCmd{
+	cfg := []*goredis.MapStringStringCmd{
 		pipe.ConfigGet(ctx, "maxmemory-policy"), pipe.ConfigGet(ctx, "maxmemory"),
 		pipe.ConfigGet(ctx, "appendonly"), pipe.ConfigGet(ctx, "save"),
 	}
@@ -215,14 +228,14 @@ func readNode(ctx context.Context, c *redis.Client) nodeReport {
 	return n
 }
 
-func addrOf(c redis.UniversalClient) string {
+func addrOf(c goredis.UniversalClient) string {
 	switch cc := c.(type) {
-	case *redis.Client:
+	case *goredis.Client:
 		if a := cc.Options().Addr; a != "" && a != "FailoverClient" {
 			return a
 		}
 		return "the Sentinel-managed primary"
-	case *redis.ClusterClient:
+	case *goredis.ClusterClient:
 		return strings.Join(cc.Options().Addrs, ",")
 	}
 	return fmt.Sprintf("%T", c)

@@ -1,4 +1,4 @@
-package consumer_test
+package redis_test
 
 import (
 	"context"
@@ -14,13 +14,14 @@ import (
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/consumer/consumertest"
 	"github.com/idemkit/idemkit/internal/testenv"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 	"github.com/redis/go-redis/v9"
 )
 
 func redisFactory(client func(t *testing.T) redis.UniversalClient) consumertest.Factory {
 	return func(t *testing.T, opts ...consumer.Option) (consumer.Store, error) {
 		all := append([]consumer.Option{consumer.WithPrefix(testenv.Prefix(t))}, opts...)
-		return consumer.NewRedisStore(client(t), all...)
+		return redisstore.NewStore(client(t), all...)
 	}
 }
 
@@ -46,7 +47,7 @@ func TestRedisStoreBadInput(t *testing.T) {
 	ctx := context.Background()
 	foreign := func(name string, write func(key string) error) consumertest.ForeignValue {
 		return consumertest.ForeignValue{Name: name, Write: func(t *testing.T, s consumer.Store, key consumer.Key) func() string {
-			rk := s.(*consumer.RedisStore).RecordKey(key)
+			rk := s.(*redisstore.Store).RecordKey(key)
 			if err := write(rk); err != nil {
 				t.Fatal(err)
 			}
@@ -55,10 +56,10 @@ func TestRedisStoreBadInput(t *testing.T) {
 	}
 	consumertest.RunBadInput(t, consumertest.BadInputFixtures{
 		New:      redisFactory(func(t *testing.T) redis.UniversalClient { return c }),
-		NilStore: consumer.Store((*consumer.RedisStore)(nil)),
+		NilStore: consumer.Store((*redisstore.Store)(nil)),
 		NilClient: func(t *testing.T) (consumer.Store, error) {
 			var nilClient *redis.Client // what an ignored constructor error leaves
-			return consumer.NewRedisStore(nilClient)
+			return redisstore.NewStore(nilClient)
 		},
 		NilClientHint: "*redis.Client",
 		Foreign: []consumertest.ForeignValue{
@@ -71,9 +72,9 @@ func TestRedisStoreBadInput(t *testing.T) {
 	})
 }
 
-func newRedisStore(t *testing.T, c redis.UniversalClient, opts ...consumer.Option) *consumer.RedisStore {
+func newRedisStore(t *testing.T, c redis.UniversalClient, opts ...consumer.Option) *redisstore.Store {
 	t.Helper()
-	s, err := consumer.NewRedisStore(c, append([]consumer.Option{consumer.WithPrefix(testenv.Prefix(t))}, opts...)...)
+	s, err := redisstore.NewStore(c, append([]consumer.Option{consumer.WithPrefix(testenv.Prefix(t))}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,14 +88,14 @@ func k(parts ...string) consumer.Key { return consumer.Key(fmt.Sprint(testNS, ":
 func TestRecordKeyLayout(t *testing.T) {
 	c := redis.NewClient(&redis.Options{})
 	defer c.Close()
-	s, err := consumer.NewRedisStore(c, consumer.WithScope("payments"))
+	s, err := redisstore.NewStore(c, consumer.WithScope("payments"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := s.RecordKey("abc"); got != "idemkit:{payments:abc}" {
 		t.Fatalf("record key = %q", got)
 	}
-	if _, err := consumer.NewRedisStore(nil); !errors.Is(err, consumer.ErrInvalidConfig) {
+	if _, err := redisstore.NewStore(nil); !errors.Is(err, consumer.ErrInvalidConfig) {
 		t.Fatalf("nil client: %v", err)
 	}
 }
@@ -159,8 +160,8 @@ func TestCorruptRecords(t *testing.T) {
 func TestBeginExhaustsRetryRecordAtMax(t *testing.T) {
 	c := testenv.Redis(t)
 	prefix := testenv.Prefix(t)
-	wide, _ := consumer.NewRedisStore(c, consumer.WithPrefix(prefix), consumer.WithMaxAttempts(5))
-	narrow, _ := consumer.NewRedisStore(c, consumer.WithPrefix(prefix), consumer.WithMaxAttempts(2))
+	wide, _ := redisstore.NewStore(c, consumer.WithPrefix(prefix), consumer.WithMaxAttempts(5))
+	narrow, _ := redisstore.NewStore(c, consumer.WithPrefix(prefix), consumer.WithMaxAttempts(2))
 	ctx := context.Background()
 	key := k("lowered")
 	boom := errors.New("flaky")
@@ -471,23 +472,23 @@ func TestEvictionAndPersistenceChecks(t *testing.T) {
 	for _, tc := range []struct {
 		name           string
 		srv            *testenv.Server
-		check          consumer.EvictionCheck
+		check          redisstore.EvictionCheck
 		refused        bool
 		evict, persist int
 	}{
-		{"evicting, warn", evicting, consumer.EvictionWarn, false, 1, 1},
-		{"evicting, refuse", evicting, consumer.EvictionRefuse, true, 0, 0},
-		{"evicting, ignore", evicting, consumer.EvictionIgnore, false, 0, 0},
-		{"noeviction with AOF", safe, consumer.EvictionRefuse, false, 0, 0},
+		{"evicting, warn", evicting, redisstore.EvictionWarn, false, 1, 1},
+		{"evicting, refuse", evicting, redisstore.EvictionRefuse, true, 0, 0},
+		{"evicting, ignore", evicting, redisstore.EvictionIgnore, false, 0, 0},
+		{"noeviction with AOF", safe, redisstore.EvictionRefuse, false, 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			logs := &captured{}
-			s, err := consumer.NewRedisStore(tc.srv.Client(t), consumer.WithPrefix(testenv.Prefix(t)),
-				consumer.WithEvictionCheck(tc.check), consumer.WithLogger(slog.New(logs)))
+			s, err := redisstore.NewStore(tc.srv.Client(t), consumer.WithPrefix(testenv.Prefix(t)),
+				redisstore.WithEvictionCheck(tc.check), consumer.WithLogger(slog.New(logs)))
 			if tc.refused {
 				if !errors.Is(err, consumer.ErrInvalidConfig) || !strings.Contains(err.Error(), "noeviction") ||
 					!strings.Contains(err.Error(), tc.srv.Addr) {
-					t.Fatalf("NewRedisStore: %v, want a refusal naming the node and noeviction", err)
+					t.Fatalf("NewStore: %v, want a refusal naming the node and noeviction", err)
 				}
 				return
 			}
@@ -517,7 +518,7 @@ func TestCheckNamesTheAddress(t *testing.T) {
 	refused.Stop()
 	for _, addr := range []string{refused.Addr, px.Addr()} {
 		c := redis.NewClient(&redis.Options{Addr: addr})
-		s, err := consumer.NewRedisStore(c, consumer.WithCallTimeout(500*time.Millisecond))
+		s, err := redisstore.NewStore(c, consumer.WithCallTimeout(500*time.Millisecond))
 		if err != nil {
 			t.Fatalf("an unreachable Redis must not fail construction: %v", err)
 		}

@@ -1,23 +1,23 @@
-package consumer
+package memory
 
 import (
 	"context"
 	"sync"
 	"time"
 
-	"github.com/idemkit/idemkit/lua"
+	"github.com/idemkit/idemkit/consumer"
 )
 
-// MemoryStore keeps records in this process's memory, with the same semantics as
-// RedisStore (it passes the same conformance suite, and a randomized differential
+// Store keeps records in this process's memory, with the same semantics as
+// the Redis store (it passes the same conformance suite, and a randomized differential
 // test compares the two answer by answer). Use it in unit tests and single-process
 // tools; it guards nothing across processes. Its clock is the local clock. It is
 // safe for concurrent use.
-type MemoryStore struct {
-	s Settings
+type Store struct {
+	s consumer.Settings
 
 	mu      sync.Mutex
-	records map[Key]*memRecord
+	records map[consumer.Key]*memRecord
 	ops     int
 }
 
@@ -26,36 +26,36 @@ type memRecord struct {
 	owner     string // started only
 	fence     int64
 	attempts  int
-	fp        Fingerprint
+	fp        consumer.Fingerprint
 	lease     int64 // deadline, ms; 0 when not running
 	result    []byte
 	dropped   string
-	history   []AttemptError // newest first
-	notes     []OperatorNote // operators' notes, newest first; every transition keeps them
+	history   []consumer.AttemptError // newest first
+	notes     []consumer.OperatorNote // operators' notes, newest first; every transition keeps them
 	permanent bool
 	locked    bool // the current claim was made under the key's lock
-	counted   bool // the current claim is an attempt (Claim.Start, or marked since)
+	counted   bool // the current claim is an attempt (consumer.Claim.Start, or marked since)
 	created   int64
 	updated   int64
 	expires   int64 // ms
 }
 
-var _ Store = (*MemoryStore)(nil)
+var _ consumer.Store = (*Store)(nil)
 
-// NewMemoryStore returns an empty in-memory store. It fails with ErrInvalidConfig
+// NewStore returns an empty in-memory store. It fails with ErrInvalidConfig
 // when an option is out of range. The prefix option is accepted and unused.
-func NewMemoryStore(opts ...Option) (*MemoryStore, error) {
-	s, err := newSettings(opts)
+func NewStore(opts ...consumer.Option) (*Store, error) {
+	s, err := consumer.NewSettings(opts...)
 	if err != nil {
 		return nil, err
 	}
-	return &MemoryStore{s: s, records: make(map[Key]*memRecord)}, nil
+	return &Store{s: s, records: make(map[consumer.Key]*memRecord)}, nil
 }
 
 // Settings returns the store's resolved options.
-func (m *MemoryStore) Settings() Settings {
+func (m *Store) Settings() consumer.Settings {
 	if m == nil {
-		return Settings{}
+		return consumer.Settings{}
 	}
 	return m.s
 }
@@ -63,7 +63,7 @@ func (m *MemoryStore) Settings() Settings {
 func nowMillis() int64 { return time.Now().UnixMilli() }
 
 // get returns the live record at key, dropping it when its retention has run out.
-func (m *MemoryStore) get(key Key, now int64) *memRecord {
+func (m *Store) get(key consumer.Key, now int64) *memRecord {
 	r := m.records[key]
 	if r != nil && r.expires <= now {
 		delete(m.records, key)
@@ -73,7 +73,7 @@ func (m *MemoryStore) get(key Key, now int64) *memRecord {
 }
 
 // sweep drops expired records now and then, so keys never read again do not pile up.
-func (m *MemoryStore) sweep(now int64) {
+func (m *Store) sweep(now int64) {
 	m.ops++
 	if m.ops%4096 != 0 {
 		return
@@ -87,14 +87,14 @@ func (m *MemoryStore) sweep(now int64) {
 
 // pushError puts msg first in r's history, as the Redis record does.
 func (r *memRecord) pushError(now int64, msg string) {
-	h := make([]AttemptError, 0, lua.HistoryLen)
-	h = append(h, AttemptError{Time: time.UnixMilli(now).Truncate(time.Second), Message: lua.CapError(msg)})
+	h := make([]consumer.AttemptError, 0, consumer.HistoryLen)
+	h = append(h, consumer.AttemptError{Time: time.UnixMilli(now).Truncate(time.Second), Message: consumer.CapText(msg, consumer.MaxErrorText)})
 	for _, e := range r.history {
-		if len(h) == lua.HistoryLen {
+		if len(h) == consumer.HistoryLen {
 			break
 		}
-		if len(e.Message) > lua.HistoryText {
-			e.Message = e.Message[:lua.HistoryText]
+		if len(e.Message) > consumer.HistoryText {
+			e.Message = e.Message[:consumer.HistoryText]
 		}
 		h = append(h, e)
 	}
@@ -111,7 +111,7 @@ func (r *memRecord) lastError() string {
 // claim makes r the started record of c's new attempt. A record without a
 // fingerprint takes the claim's. charge says the claim is the next attempt; a
 // takeover of a claim that was never counted keeps the attempt number it had.
-func (r *memRecord) claim(c Claim, now, lease, ret int64, charge bool) {
+func (r *memRecord) claim(c consumer.Claim, now, lease, ret int64, charge bool) {
 	r.state, r.owner, r.locked, r.counted = "started", c.Owner, c.Locked, c.Start
 	if r.fp.IsZero() {
 		r.fp = c.Fingerprint
@@ -133,14 +133,14 @@ func (r *memRecord) exhaust(now, ret int64, msg string) {
 }
 
 // Begin claims records.
-func (m *MemoryStore) Begin(ctx context.Context, claims []Claim) []ClaimReply {
+func (m *Store) Begin(ctx context.Context, claims []consumer.Claim) []consumer.ClaimReply {
 	if m == nil {
-		return nilStore[ClaimReply](len(claims), func(err error) ClaimReply { return ClaimReply{Err: err} })
+		return nilStore[consumer.ClaimReply](len(claims), func(err error) consumer.ClaimReply { return consumer.ClaimReply{Err: err} })
 	}
-	out := make([]ClaimReply, len(claims))
+	out := make([]consumer.ClaimReply, len(claims))
 	if err := ctx.Err(); err != nil {
 		for i := range out {
-			out[i].Err = &StoreError{Op: "begin", Err: err}
+			out[i].Err = &consumer.StoreError{Op: "begin", Err: err}
 		}
 		return out
 	}
@@ -155,41 +155,41 @@ func (m *MemoryStore) Begin(ctx context.Context, claims []Claim) []ClaimReply {
 			r = &memRecord{fp: c.Fingerprint, created: now}
 			m.records[c.Key] = r
 			r.claim(c, now, lease, ret, true)
-			out[i] = ClaimReply{Status: StatusAcquired, Fence: 1, Attempts: 1, Lease: m.s.Lease, Created: created(now),
+			out[i] = consumer.ClaimReply{Status: consumer.StatusAcquired, Fence: 1, Attempts: 1, Lease: m.s.Lease, Created: created(now),
 				Fingerprint: r.fp}
 			continue
 		}
-		rep := ClaimReply{Fence: r.fence, Attempts: r.attempts, Created: created(r.created)}
+		rep := consumer.ClaimReply{Fence: r.fence, Attempts: r.attempts, Created: created(r.created)}
 		switch {
 		case !c.Fingerprint.IsZero() && !r.fp.IsZero() && r.fp != c.Fingerprint:
-			rep.Status = StatusConflict
+			rep.Status = consumer.StatusConflict
 		case r.state == "completed":
-			rep.Status, rep.Result, rep.Dropped = StatusCompleted, append([]byte(nil), r.result...), r.dropped
+			rep.Status, rep.Result, rep.Dropped = consumer.StatusCompleted, append([]byte(nil), r.result...), r.dropped
 		case r.state == "failed":
-			rep.Status, rep.Message, rep.Permanent = StatusFailed, r.lastError(), r.permanent
+			rep.Status, rep.Message, rep.Permanent = consumer.StatusFailed, r.lastError(), r.permanent
 		case r.state == "forgotten": // an operator removed it: claimed afresh, its fence kept rising
-			r.attempts, r.created, r.history, r.fp = 0, now, nil, Fingerprint{}
+			r.attempts, r.created, r.history, r.fp = 0, now, nil, consumer.Fingerprint{}
 			r.claim(c, now, lease, ret, true)
-			rep.Status, rep.Fence, rep.Attempts, rep.Lease, rep.Created = StatusAcquired, r.fence, r.attempts, m.s.Lease, created(now)
+			rep.Status, rep.Fence, rep.Attempts, rep.Lease, rep.Created = consumer.StatusAcquired, r.fence, r.attempts, m.s.Lease, created(now)
 		case r.state == "retry" && r.attempts >= m.s.MaxAttempts:
 			r.exhaust(now, ret, "")
-			rep.Status, rep.Message = StatusExhausted, r.lastError()
+			rep.Status, rep.Message = consumer.StatusExhausted, r.lastError()
 		case r.state == "retry":
 			r.claim(c, now, lease, ret, true)
-			rep.Status, rep.Fence, rep.Attempts, rep.Lease = StatusAcquired, r.fence, r.attempts, m.s.Lease
+			rep.Status, rep.Fence, rep.Attempts, rep.Lease = consumer.StatusAcquired, r.fence, r.attempts, m.s.Lease
 		case r.owner == c.Owner: // started: the caller's own claim, asked again
 			if c.Start && !r.counted {
 				r.counted, r.updated = true, now
 			}
-			rep.Status, rep.Lease = StatusAcquired, time.Duration(max(r.lease-now, 0))*time.Millisecond
+			rep.Status, rep.Lease = consumer.StatusAcquired, time.Duration(max(r.lease-now, 0))*time.Millisecond
 		case r.lease > now && !(c.Locked && r.locked): // started, live
-			rep.Status, rep.Lease = StatusInProgress, time.Duration(r.lease-now)*time.Millisecond
+			rep.Status, rep.Lease = consumer.StatusInProgress, time.Duration(r.lease-now)*time.Millisecond
 		case r.counted && r.attempts >= m.s.MaxAttempts: // started, expired on the last attempt
 			r.exhaust(now, ret, "lease expired during the last allowed attempt")
-			rep.Status, rep.Message = StatusExhausted, r.lastError()
+			rep.Status, rep.Message = consumer.StatusExhausted, r.lastError()
 		default: // started, expired (or its lock holder is gone): take over
 			r.claim(c, now, lease, ret, r.counted)
-			rep.Status, rep.Fence, rep.Attempts, rep.Lease = StatusTakenOver, r.fence, r.attempts, m.s.Lease
+			rep.Status, rep.Fence, rep.Attempts, rep.Lease = consumer.StatusTakenOver, r.fence, r.attempts, m.s.Lease
 		}
 		if rep.Claimed() {
 			rep.Fingerprint = r.fp
@@ -203,7 +203,7 @@ func (m *MemoryStore) Begin(ctx context.Context, claims []Claim) []ClaimReply {
 func created(ms int64) time.Time { return time.UnixMilli(ms).Truncate(time.Second) }
 
 // owns reports whether owner holds the running attempt at key.
-func (m *MemoryStore) owns(key Key, owner string, now int64) *memRecord {
+func (m *Store) owns(key consumer.Key, owner string, now int64) *memRecord {
 	r := m.get(key, now)
 	if r == nil || r.state != "started" || r.owner != owner {
 		return nil
@@ -212,14 +212,14 @@ func (m *MemoryStore) owns(key Key, owner string, now int64) *memRecord {
 }
 
 // Settle completes or fails claimed records.
-func (m *MemoryStore) Settle(ctx context.Context, items []Settlement) []SettleReply {
+func (m *Store) Settle(ctx context.Context, items []consumer.Settlement) []consumer.SettleReply {
 	if m == nil {
-		return nilStore[SettleReply](len(items), func(err error) SettleReply { return SettleReply{Err: err} })
+		return nilStore[consumer.SettleReply](len(items), func(err error) consumer.SettleReply { return consumer.SettleReply{Err: err} })
 	}
-	out := make([]SettleReply, len(items))
+	out := make([]consumer.SettleReply, len(items))
 	if err := ctx.Err(); err != nil {
 		for i := range out {
-			out[i].Err = &StoreError{Op: "settle", Err: err}
+			out[i].Err = &consumer.StoreError{Op: "settle", Err: err}
 		}
 		return out
 	}
@@ -240,7 +240,7 @@ func (m *MemoryStore) Settle(ctx context.Context, items []Settlement) []SettleRe
 					continue
 				}
 			}
-			out[i].Err = &LeaseLostError{Key: it.Key, Fence: it.Fence, Reason: "settle: the claim belongs to another owner or has ended"}
+			out[i].Err = &consumer.LeaseLostError{Key: it.Key, Fence: it.Fence, Reason: "settle: the claim belongs to another owner or has ended"}
 			continue
 		}
 		if r.lease <= now { // settled after the lease ran out: the retention starts now
@@ -266,7 +266,7 @@ func (m *MemoryStore) Settle(ctx context.Context, items []Settlement) []SettleRe
 }
 
 // Extend renews the leases of running attempts.
-func (m *MemoryStore) Extend(ctx context.Context, items []Owned) []error {
+func (m *Store) Extend(ctx context.Context, items []consumer.Owned) []error {
 	return m.owned(ctx, "extend", items, func(r *memRecord, now int64) {
 		r.lease = now + m.s.Lease.Milliseconds()
 		r.expires = r.lease + m.s.Retention.Milliseconds()
@@ -274,7 +274,7 @@ func (m *MemoryStore) Extend(ctx context.Context, items []Owned) []error {
 }
 
 // Release gives claims back without a result; the abandoned attempt is not counted.
-func (m *MemoryStore) Release(ctx context.Context, items []Owned) []error {
+func (m *Store) Release(ctx context.Context, items []consumer.Owned) []error {
 	return m.owned(ctx, "release", items, func(r *memRecord, now int64) {
 		r.state, r.owner, r.locked = "retry", "", false
 		r.lease, r.updated, r.expires = 0, now, now+m.s.Retention.Milliseconds()
@@ -284,14 +284,14 @@ func (m *MemoryStore) Release(ctx context.Context, items []Owned) []error {
 	})
 }
 
-func (m *MemoryStore) owned(ctx context.Context, op string, items []Owned, change func(*memRecord, int64)) []error {
+func (m *Store) owned(ctx context.Context, op string, items []consumer.Owned, change func(*memRecord, int64)) []error {
 	if m == nil {
 		return nilStore[error](len(items), func(err error) error { return err })
 	}
 	out := make([]error, len(items))
 	if err := ctx.Err(); err != nil {
 		for i := range out {
-			out[i] = &StoreError{Op: op, Err: err}
+			out[i] = &consumer.StoreError{Op: op, Err: err}
 		}
 		return out
 	}
@@ -304,7 +304,7 @@ func (m *MemoryStore) owned(ctx context.Context, op string, items []Owned, chang
 			if p := m.get(it.Key, now); op == "release" && p != nil && p.state == "retry" && p.fence == it.Fence {
 				continue // sent again after a lost reply: already released
 			}
-			out[i] = &LeaseLostError{Key: it.Key, Fence: it.Fence, Reason: op + ": the claim belongs to another owner or has ended"}
+			out[i] = &consumer.LeaseLostError{Key: it.Key, Fence: it.Fence, Reason: op + ": the claim belongs to another owner or has ended"}
 			continue
 		}
 		change(r, now)
@@ -313,20 +313,20 @@ func (m *MemoryStore) owned(ctx context.Context, op string, items []Owned, chang
 }
 
 // Peek reads one record without changing it.
-func (m *MemoryStore) Peek(ctx context.Context, key Key) (Record, error) {
+func (m *Store) Peek(ctx context.Context, key consumer.Key) (consumer.Record, error) {
 	if m == nil {
-		return Record{}, errNilStore
+		return consumer.Record{}, errNilStore
 	}
 	if err := key.Validate(); err != nil {
-		return Record{}, err
+		return consumer.Record{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return Record{}, &StoreError{Op: "peek", Err: err}
+		return consumer.Record{}, &consumer.StoreError{Op: "peek", Err: err}
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := nowMillis()
-	rec := Record{Key: key, Now: time.UnixMilli(now)}
+	rec := consumer.Record{Key: key, Now: time.UnixMilli(now)}
 	r := m.get(key, now)
 	if r == nil {
 		return rec, nil
@@ -336,7 +336,7 @@ func (m *MemoryStore) Peek(ctx context.Context, key Key) (Record, error) {
 	if r.state == "completed" && r.dropped == "" {
 		rec.Result = append([]byte(nil), r.result...)
 	}
-	rec.Error, rec.History = r.lastError(), append([]AttemptError(nil), r.history...)
+	rec.Error, rec.History = r.lastError(), append([]consumer.AttemptError(nil), r.history...)
 	rec.Permanent, rec.Locked, rec.Counted = r.state == "failed" && r.permanent, r.locked, r.state == "started" && r.counted
 	rec.Created, rec.Updated = created(r.created), created(r.updated)
 	rec.TTL = time.Duration(r.expires-now) * time.Millisecond
