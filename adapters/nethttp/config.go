@@ -62,8 +62,8 @@ func DefaultStorePolicy(status int) bool {
 // first answer whatever it was, and never runs the handler again.
 func StoreEverything(int) bool { return true }
 
-// Opt configures the middleware. Every option states its default.
-type Opt interface{ apply(*config) }
+// Option configures the middleware. Every option states its default.
+type Option interface{ apply(*config) }
 
 type optFunc func(*config)
 
@@ -134,12 +134,12 @@ func defaults() config {
 // WithScope sets the function that names each request's client (see ScopeFunc).
 // Required: there is no default, so that no service shares stored responses between
 // clients by accident. Pass Unscoped for a service with one client.
-func WithScope(fn ScopeFunc) Opt { return optFunc(func(c *config) { c.scope = fn }) }
+func WithScope(fn ScopeFunc) Option { return optFunc(func(c *config) { c.scope = fn }) }
 
 // WithMethods sets the methods the middleware guards; requests with other methods
 // pass straight to the handler, with or without a key. Default POST, PUT, PATCH and
 // DELETE (GET, HEAD, OPTIONS and TRACE are safe by definition).
-func WithMethods(methods ...string) Opt {
+func WithMethods(methods ...string) Option {
 	return optFunc(func(c *config) {
 		c.methods = make(map[string]bool, len(methods))
 		for _, m := range methods {
@@ -154,7 +154,7 @@ func WithMethods(methods ...string) Opt {
 // WithKeyRequired makes a guarded request without an Idempotency-Key header fail
 // with 400 and a problem body, instead of passing to the handler unguarded. Wrap
 // the routes that need a key with a middleware that has it on. Default off.
-func WithKeyRequired(on bool) Opt {
+func WithKeyRequired(on bool) Option {
 	return optFunc(func(c *config) {
 		c.required = nil
 		if on {
@@ -165,7 +165,7 @@ func WithKeyRequired(on bool) Opt {
 
 // WithKeyRequiredFor is WithKeyRequired decided per request (by path, by method).
 // Default: no request requires a key.
-func WithKeyRequiredFor(fn func(r *http.Request) bool) Opt {
+func WithKeyRequiredFor(fn func(r *http.Request) bool) Option {
 	return optFunc(func(c *config) { c.required = fn })
 }
 
@@ -174,18 +174,18 @@ func WithKeyRequiredFor(fn func(r *http.Request) bool) Opt {
 // written before the header was standardised send it. The key format still
 // applies, and a value with a comma, a semicolon, a space or a quote is still
 // refused. Default off: only the quoted form is accepted.
-func WithLegacyKeys(on bool) Opt { return optFunc(func(c *config) { c.legacyKeys = on }) }
+func WithLegacyKeys(on bool) Option { return optFunc(func(c *config) { c.legacyKeys = on }) }
 
 // WithKeyLength sets the shortest and longest key accepted, in bytes. Default 1 to
 // 255. Raise the minimum (to 16, say) to refuse guessable keys.
-func WithKeyLength(min, max int) Opt {
+func WithKeyLength(min, max int) Option {
 	return optFunc(func(c *config) { c.minKeyLen, c.maxKeyLen = min, max })
 }
 
 // WithKeyValidator sets the check of a key's characters (its length is checked by
 // WithKeyLength first). Its error is sent to the client in a 400 problem body, so
 // say what is wrong. Default DefaultKeyValidator.
-func WithKeyValidator(fn func(key string) error) Opt {
+func WithKeyValidator(fn func(key string) error) Option {
 	return optFunc(func(c *config) { c.keyValidator = fn })
 }
 
@@ -211,12 +211,12 @@ func keyByte(b byte) bool {
 // WithFingerprint turns the request fingerprint on or off for this middleware,
 // whatever the store's own setting. When on, a key reused with a different
 // request gets 422. Default on.
-func WithFingerprint(on bool) Opt { return optFunc(func(c *config) { c.fingerprint = on }) }
+func WithFingerprint(on bool) Option { return optFunc(func(c *config) { c.fingerprint = on }) }
 
 // WithFingerprintHeaders adds the named request headers' values to the
 // fingerprint (for instance a header that selects an account). Default none:
 // method, path, query and body only.
-func WithFingerprintHeaders(names ...string) Opt {
+func WithFingerprintHeaders(names ...string) Option {
 	return optFunc(func(c *config) {
 		for _, n := range names {
 			if n == "" {
@@ -233,27 +233,27 @@ func WithFingerprintHeaders(names ...string) Opt {
 // object members do not matter, so a client that re-encodes its request on retry
 // does not get a false 422. A body that does not parse is fingerprinted as bytes.
 // Default off.
-func WithCanonicalJSON(on bool) Opt { return optFunc(func(c *config) { c.canonicalJSON = on }) }
+func WithCanonicalJSON(on bool) Option { return optFunc(func(c *config) { c.canonicalJSON = on }) }
 
 // WithFingerprintFunc replaces the fingerprint with fn's (WithFingerprintHeaders
 // and WithCanonicalJSON are then unused). An error from fn is answered with 400
 // and its text. Default: SHA-256 over method, path, query and body.
-func WithFingerprintFunc(fn FingerprintFunc) Opt { return optFunc(func(c *config) { c.fpFunc = fn }) }
+func WithFingerprintFunc(fn FingerprintFunc) Option { return optFunc(func(c *config) { c.fpFunc = fn }) }
 
 // WithMaxBodySize sets the largest request body read for the fingerprint, in
 // bytes; a larger body gets 413 and nothing runs. Default 1 MiB.
-func WithMaxBodySize(n int64) Opt { return optFunc(func(c *config) { c.maxBody = n }) }
+func WithMaxBodySize(n int64) Option { return optFunc(func(c *config) { c.maxBody = n }) }
 
 // WithStorePolicy sets which responses are stored (see StorePolicy). Default
 // DefaultStorePolicy; StoreEverything stores every response.
-func WithStorePolicy(p StorePolicy) Opt { return optFunc(func(c *config) { c.policy = p }) }
+func WithStorePolicy(p StorePolicy) Option { return optFunc(func(c *config) { c.policy = p }) }
 
 // WithReplayHeaders adds response headers to those stored and replayed. Default:
 // Content-Type, Content-Encoding, Content-Language, Content-Disposition,
 // Content-Location, Location, ETag, Last-Modified, Link, Cache-Control, Expires and
 // Vary. Set-Cookie, Date, Content-Length, Www-Authenticate and hop-by-hop headers
 // are refused.
-func WithReplayHeaders(names ...string) Opt {
+func WithReplayHeaders(names ...string) Option {
 	return optFunc(func(c *config) {
 		for _, n := range names {
 			k := textproto.CanonicalMIMEHeaderKey(n)
@@ -271,7 +271,7 @@ func WithReplayHeaders(names ...string) Opt {
 // and checksum, and a replay streams the blob back byte for byte. Default none: a
 // response over the limit is sent to its first client, the operation is recorded as
 // done, and retries get 500 saying the response was not kept.
-func WithBlobStore(b BlobStore) Opt { return optFunc(func(c *config) { c.blobs = b }) }
+func WithBlobStore(b BlobStore) Option { return optFunc(func(c *config) { c.blobs = b }) }
 
 // WithMaxResponseBuffer sets the most of a response body, in bytes, that the
 // middleware holds in memory to store it. A handler whose body grows past n has
@@ -283,7 +283,7 @@ func WithBlobStore(b BlobStore) Opt { return optFunc(func(c *config) { c.blobs =
 // larger body could not be kept in the record anyway; with one,
 // DefaultMaxBlobResponse (32 MiB) or the store's result limit if larger, since a
 // blob is written from memory.
-func WithMaxResponseBuffer(n int64) Opt {
+func WithMaxResponseBuffer(n int64) Option {
 	return optFunc(func(c *config) { c.maxBuffer, c.maxBufferSet = n, true })
 }
 
@@ -292,7 +292,7 @@ func WithMaxResponseBuffer(n int64) Opt {
 // the first released its key or died), instead of an immediate 409. The wait polls
 // the store (at most every 250ms) and ends early when the client disconnects.
 // Default: the store's consumer.WithWaitInProgress, 0 unless set: 409 at once.
-func WithWaitInProgress(d time.Duration) Opt { return waitOpt(d) }
+func WithWaitInProgress(d time.Duration) Option { return waitOpt(d) }
 
 type waitOpt time.Duration
 
@@ -300,13 +300,13 @@ func (o waitOpt) apply(c *config) { c.wait = time.Duration(o) }
 
 // WithRetryAfter sets the Retry-After of 409 (key in progress) and 503 (store
 // unavailable) responses, rounded up to whole seconds. Default 1s.
-func WithRetryAfter(d time.Duration) Opt { return optFunc(func(c *config) { c.retryAfter = d }) }
+func WithRetryAfter(d time.Duration) Option { return optFunc(func(c *config) { c.retryAfter = d }) }
 
 // WithFailOpen runs the handler without a claim when the store cannot be reached
 // (logged at Warn, consumer.Info.Unguarded set in the handler's context), instead
 // of answering 503. Nothing is stored then, and a retry runs the handler again.
 // Default off: fail closed. A store built with consumer.WithFailOpen fails open too.
-func WithFailOpen(on bool) Opt { return optFunc(func(c *config) { c.failOpen = on }) }
+func WithFailOpen(on bool) Option { return optFunc(func(c *config) { c.failOpen = on }) }
 
 // WithUnguardedStreaming changes what happens when a handler flushes
 // (http.Flusher, http.ResponseController) or hijacks its connection. By default
@@ -317,24 +317,24 @@ func WithFailOpen(on bool) Opt { return optFunc(func(c *config) { c.failOpen = o
 // buffered so far is sent, later writes go straight to the client, the connection
 // may be hijacked, nothing is stored and the key is released for the next request.
 // Default off.
-func WithUnguardedStreaming(on bool) Opt { return optFunc(func(c *config) { c.passStreaming = on }) }
+func WithUnguardedStreaming(on bool) Option { return optFunc(func(c *config) { c.passStreaming = on }) }
 
 // WithContinueOnDisconnect keeps the handler's context alive when the client
 // disconnects, so that the operation runs to its end and its response is stored
 // for the client's retry. Default off: the handler's context is cancelled as net/http
 // does, and a handler that then stops without a 2xx response releases the key (see
 // the package documentation).
-func WithContinueOnDisconnect(on bool) Opt { return optFunc(func(c *config) { c.detach = on }) }
+func WithContinueOnDisconnect(on bool) Option { return optFunc(func(c *config) { c.detach = on }) }
 
 // WithProblemBase sets a documentation URI for the middleware's problem responses:
 // their "type" is base#code (base#missing-key, base#key-reused, ...) and a Link
 // header with rel="describedby" points to base. Default "": type "about:blank",
 // with the machine-readable code in the "code" member.
-func WithProblemBase(uri string) Opt { return optFunc(func(c *config) { c.problemBase = uri }) }
+func WithProblemBase(uri string) Option { return optFunc(func(c *config) { c.problemBase = uri }) }
 
 // WithLogger sets the logger. Default: the store's. Raw keys are never logged,
 // only their hashes.
-func WithLogger(l *slog.Logger) Opt { return optFunc(func(c *config) { c.logger = l }) }
+func WithLogger(l *slog.Logger) Option { return optFunc(func(c *config) { c.logger = l }) }
 
 func (c *config) validate() error {
 	if len(c.errs) > 0 {

@@ -72,9 +72,9 @@ type server struct {
 }
 
 // serve starts h behind the middleware on a loopback port, closed when t ends.
-func serve(t *testing.T, store consumer.Store, h http.Handler, opts ...nethttp.Opt) *server {
+func serve(t *testing.T, store consumer.Store, h http.Handler, opts ...nethttp.Option) *server {
 	t.Helper()
-	mw, err := nethttp.New(store, append([]nethttp.Opt{nethttp.WithScope(userScope)}, opts...)...)
+	mw, err := nethttp.New(store, append([]nethttp.Option{nethttp.WithScope(userScope)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

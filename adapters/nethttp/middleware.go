@@ -38,7 +38,7 @@ func (t tunedStore) Settings() consumer.Settings { return t.s }
 // store/dynamodb, store/memory). The store must have its own scope
 // (consumer.WithScope("payments-api")), and WithScope is required. It fails with
 // ErrConfig when an option is out of range, saying which.
-func New(store consumer.Store, opts ...Opt) (*Middleware, error) {
+func New(store consumer.Store, opts ...Option) (*Middleware, error) {
 	if store == nil {
 		return nil, configError("nil store: pass a store from idemkit/store/redis, store/postgres, store/dynamodb or store/memory")
 	}

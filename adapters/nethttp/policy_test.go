@@ -221,24 +221,24 @@ func TestNewRefusesBadConfiguration(t *testing.T) {
 	cases := []struct {
 		name  string
 		store consumer.Store
-		opts  []nethttp.Opt
+		opts  []nethttp.Option
 		want  string
 	}{
-		{"nil store", nil, []nethttp.Opt{nethttp.WithScope(nethttp.Unscoped)}, "nil store"},
-		{"default scope", defaultScope, []nethttp.Opt{nethttp.WithScope(nethttp.Unscoped)}, "default scope"},
+		{"nil store", nil, []nethttp.Option{nethttp.WithScope(nethttp.Unscoped)}, "nil store"},
+		{"default scope", defaultScope, []nethttp.Option{nethttp.WithScope(nethttp.Unscoped)}, "default scope"},
 		{"no scope function", good, nil, "WithScope"},
-		{"nil option", good, []nethttp.Opt{nethttp.WithScope(nethttp.Unscoped), nil}, "nil option"},
-		{"key length", good, []nethttp.Opt{nethttp.WithScope(nethttp.Unscoped), nethttp.WithKeyLength(10, 5)}, "WithKeyLength"},
-		{"key length over the core's", good, []nethttp.Opt{nethttp.WithScope(nethttp.Unscoped), nethttp.WithKeyLength(1, 600)}, "WithKeyLength"},
-		{"Set-Cookie replayed", good, []nethttp.Opt{nethttp.WithScope(nethttp.Unscoped), nethttp.WithReplayHeaders("set-cookie")}, "never replayed"},
-		{"Date replayed", good, []nethttp.Opt{nethttp.WithScope(nethttp.Unscoped), nethttp.WithReplayHeaders("Date")}, "never replayed"},
-		{"lower-case method", good, []nethttp.Opt{nethttp.WithScope(nethttp.Unscoped), nethttp.WithMethods("post")}, "upper case"},
-		{"no methods", good, []nethttp.Opt{nethttp.WithScope(nethttp.Unscoped), nethttp.WithMethods()}, "at least one method"},
-		{"negative wait", good, []nethttp.Opt{nethttp.WithScope(nethttp.Unscoped), nethttp.WithWaitInProgress(-1)}, "WithWaitInProgress"},
-		{"nil policy", good, []nethttp.Opt{nethttp.WithScope(nethttp.Unscoped), nethttp.WithStorePolicy(nil)}, "WithStorePolicy"},
-		{"zero body", good, []nethttp.Opt{nethttp.WithScope(nethttp.Unscoped), nethttp.WithMaxBodySize(0)}, "WithMaxBodySize"},
-		{"zero response buffer", good, []nethttp.Opt{nethttp.WithScope(nethttp.Unscoped), nethttp.WithMaxResponseBuffer(0)}, "WithMaxResponseBuffer(0)"},
-		{"problem base with fragment", good, []nethttp.Opt{nethttp.WithScope(nethttp.Unscoped), nethttp.WithProblemBase("https://x/#a")}, "WithProblemBase"},
+		{"nil option", good, []nethttp.Option{nethttp.WithScope(nethttp.Unscoped), nil}, "nil option"},
+		{"key length", good, []nethttp.Option{nethttp.WithScope(nethttp.Unscoped), nethttp.WithKeyLength(10, 5)}, "WithKeyLength"},
+		{"key length over the core's", good, []nethttp.Option{nethttp.WithScope(nethttp.Unscoped), nethttp.WithKeyLength(1, 600)}, "WithKeyLength"},
+		{"Set-Cookie replayed", good, []nethttp.Option{nethttp.WithScope(nethttp.Unscoped), nethttp.WithReplayHeaders("set-cookie")}, "never replayed"},
+		{"Date replayed", good, []nethttp.Option{nethttp.WithScope(nethttp.Unscoped), nethttp.WithReplayHeaders("Date")}, "never replayed"},
+		{"lower-case method", good, []nethttp.Option{nethttp.WithScope(nethttp.Unscoped), nethttp.WithMethods("post")}, "upper case"},
+		{"no methods", good, []nethttp.Option{nethttp.WithScope(nethttp.Unscoped), nethttp.WithMethods()}, "at least one method"},
+		{"negative wait", good, []nethttp.Option{nethttp.WithScope(nethttp.Unscoped), nethttp.WithWaitInProgress(-1)}, "WithWaitInProgress"},
+		{"nil policy", good, []nethttp.Option{nethttp.WithScope(nethttp.Unscoped), nethttp.WithStorePolicy(nil)}, "WithStorePolicy"},
+		{"zero body", good, []nethttp.Option{nethttp.WithScope(nethttp.Unscoped), nethttp.WithMaxBodySize(0)}, "WithMaxBodySize"},
+		{"zero response buffer", good, []nethttp.Option{nethttp.WithScope(nethttp.Unscoped), nethttp.WithMaxResponseBuffer(0)}, "WithMaxResponseBuffer(0)"},
+		{"problem base with fragment", good, []nethttp.Option{nethttp.WithScope(nethttp.Unscoped), nethttp.WithProblemBase("https://x/#a")}, "WithProblemBase"},
 	}
 	for _, c := range cases {
 		_, err := nethttp.New(c.store, c.opts...)
