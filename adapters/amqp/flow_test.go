@@ -99,7 +99,7 @@ func TestLargeErrorIsCappedInTheDeadLetter(t *testing.T) {
 		t.Fatalf("%d dead letters, want 1", len(dead))
 	}
 	reason, _ := dead[0].Headers[idemamqp.HeaderReason].(string)
-	if len(reason) > idemamqp.MaxErrorHeader || !strings.Contains(reason, "bytes cut") ||
+	if len(reason) > idemamqp.MaxErrorHeader || !strings.Contains(reason, "cut from") ||
 		dead[0].Headers[idemamqp.HeaderKind] != "PERMANENT" || string(dead[0].Body) != `{"id":"poison","items":1}` {
 		t.Fatalf("dead letter: reason of %d bytes, kind %v, body %q", len(reason), dead[0].Headers[idemamqp.HeaderKind], dead[0].Body)
 	}

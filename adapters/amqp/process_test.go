@@ -50,8 +50,11 @@ func TestWorkerProcessKilledMidHandler(t *testing.T) {
 			takenOver++
 		}
 	}
-	if takenOver == 0 || hooks.outcomes[consumer.InProgress].Load() == 0 {
-		t.Fatalf("%d claims taken over, %d IN_PROGRESS: the killed worker held no claims", takenOver, hooks.outcomes[consumer.InProgress].Load())
+	// A fence above 1 is a claim the killed worker held and this one took over.
+	// How many deliveries first met its live lease (IN_PROGRESS) depends on how
+	// long this worker took to start, so it is logged, not asserted.
+	if takenOver == 0 {
+		t.Fatalf("no claim taken over (%d IN_PROGRESS): the killed worker held no claims", hooks.outcomes[consumer.InProgress].Load())
 	}
 	t.Logf("%d claims of the killed worker taken over after %d IN_PROGRESS retries", takenOver, hooks.outcomes[consumer.InProgress].Load())
 }

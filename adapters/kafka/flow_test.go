@@ -224,7 +224,7 @@ func TestOversizedDeadLetterGoesBodyLess(t *testing.T) {
 	}
 	for _, d := range dead {
 		key, errText := header(d, kafka.HeaderKey), header(d, kafka.HeaderError)
-		if header(d, kafka.HeaderKind) != "PERMANENT" || len(errText) > kafka.MaxErrorHeader || !strings.Contains(errText, "bytes cut") {
+		if header(d, kafka.HeaderKind) != "PERMANENT" || len(errText) > kafka.MaxErrorHeader || !strings.Contains(errText, "cut from") {
 			t.Errorf("dead letter of %s: kind %q, error of %d bytes", key, header(d, kafka.HeaderKind), len(errText))
 		}
 		switch key {
