@@ -94,7 +94,7 @@ func Execute[T any](ctx context.Context, store consumer.Store, src Source, fn Ha
 		return Report{}, configError("%s is its own checkpoint (what is done is acked and leaves it): drop WithCheckpoint", sourceName(src))
 	}
 	e := &executor[T]{c: c, store: store, s: store.Settings(), fn: fn, start: c.now(), blocked: map[string]bool{}, ack: ack,
-		wake: make(chan struct{}, 1)}
+		wake: make(chan struct{}, 1), chunk: chunk(c.batch, c.concurrency)}
 	e.rep.Source = sourceName(src)
 	e.rep.Counts = map[Verdict]int{}
 	e.rep.Checkpoint = Checkpoint{Source: e.rep.Source, Next: map[string]int64{}}

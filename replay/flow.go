@@ -36,6 +36,8 @@ type executor[T any] struct {
 	tracked int            // messages in queue
 	cur     *batch         // the batch being handed over (also in queue)
 	sent    int            // messages handed to the engine (WithRate)
+	chunk   int            // see room
+	full    bool           // the window was full: see room
 	timers  sync.WaitGroup // hand-overs of IN_PROGRESS messages waiting to look again
 
 	mu       sync.Mutex
@@ -148,11 +150,30 @@ func (e *executor[T]) stopping(ctx context.Context) bool {
 	return e.err != nil || ctx.Err() != nil
 }
 
-// room reports whether the engine's window has room for one more message.
+// room reports whether the engine's window has room for one more message. Once the
+// window was full, it waits for room for a chunk of them (see chunk), so that the
+// engine's claim calls carry many messages instead of one each as results trickle
+// in.
 func (e *executor[T]) room() bool {
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.inflight < e.c.batch
+	free := e.c.batch - e.inflight
+	e.mu.Unlock()
+	switch {
+	case free <= 0:
+		e.full = true
+		return false
+	case e.full && free < e.chunk:
+		return false
+	}
+	e.full = false
+	return true
+}
+
+// chunk is how much room a full window waits for before it takes more messages:
+// a quarter of the window, less when the messages left waiting for a handler would
+// not keep twice the handlers busy, and at least one.
+func chunk(window, handlers int) int {
+	return max(1, min(window/4, window-2*handlers))
 }
 
 // idle reports whether every message taken is settled and counted.
