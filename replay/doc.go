@@ -36,10 +36,10 @@
 // whose handlers have not started are released unrun, a handler that returns an
 // error once the replay is stopping (its context is cancelled too) has its claim
 // given back without counting an attempt, and the checkpoint is saved. A store that
-// does not answer stops it too: Execute takes no batch after the one in which a
-// message's store call failed (an error matching consumer.ErrStoreUnavailable),
-// since every batch after it would only meet the same outage, lets what it handed
-// over settle, and returns that error; run it again once the store answers. The
+// does not answer stops it too: once a message's store call failed (an error
+// matching consumer.ErrStoreUnavailable) Execute takes no further batch, since
+// every batch after it would only meet the same outage, lets the batches it took run
+// out and returns that error; run it again once the store answers. The
 // report counts every verdict and names the first 20 messages that did not end RAN
 // or DUPLICATE, with why (Report.Errors). A store with consumer.WithLock, which the
 // Pipeline does not take, runs its messages one at a time, in source order, each

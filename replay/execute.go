@@ -73,9 +73,9 @@ type Handler[T any] func(ctx context.Context, m Message) (T, error)
 // them (WithBatchSize) are between hand-over and result at any time, WithConcurrency
 // handlers run at once, and the next batch is read while messages run. When ctx is
 // cancelled, the messages whose handlers have not started are not run; Execute saves
-// the checkpoint and returns ctx's error with the report so far. It stops the same
-// way, once what it handed over has settled, after a batch in which the store did not
-// answer for a message, with an error matching consumer.ErrStoreUnavailable. It
+// the checkpoint and returns ctx's error with the report so far. When the store does
+// not answer for a message, it takes no further batch, lets the batches it took run
+// out, and returns an error matching consumer.ErrStoreUnavailable. It
 // refuses a store on consumer.DefaultScope (an error matching
 // consumer.ErrDefaultScope and ErrConfig) before reading src.
 func Execute[T any](ctx context.Context, store consumer.Store, src Source, fn Handler[T], opts ...Option) (Report, error) {
@@ -113,6 +113,7 @@ func Execute[T any](ctx context.Context, store consumer.Store, src Source, fn Ha
 	if e.eng, err = newEngine[T](ctx, store, c); err != nil {
 		return e.rep, err
 	}
+	defer func() { _ = e.eng.stop(context.Background()) }() // also if a callback panics
 
 	rctx, stop := context.WithCancel(ctx)
 	batches := make(chan readResult, 1)

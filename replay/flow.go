@@ -299,6 +299,10 @@ func (e *executor[T]) settle(ctx context.Context, sl *slot, r consumer.Result[T]
 			e.timers.Add(1)
 			time.AfterFunc(pause, func() {
 				defer e.timers.Done()
+				if ctx.Err() != nil { // stopped while it waited: it stays IN_PROGRESS
+					e.settle(ctx, sl, r)
+					return
+				}
 				e.send(ctx, sl)
 			})
 			return
