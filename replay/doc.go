@@ -14,25 +14,36 @@
 // messages, where each is (a JSONL line number, a Kafka partition and offset) and
 // why (PlanReport.Invalid). The report marshals to JSON.
 //
-// Execute runs the messages in batches through consumer.ExecuteBatch (one claim
-// and one completion round trip per batch, WithConcurrency handlers at once),
-// reading the next batch while one runs, optionally at a rate (WithRate). It
-// reports progress after each batch (WithProgress) and saves a checkpoint
-// (WithCheckpoint): per partition, the offset of the first message that did not
-// settle. It is saved only after the effects of every message before it were
-// recorded, at most once a second and at the end, so a resumed replay never skips
-// unsettled work, and what it repeats the store answers as DUPLICATE. A message
-// with a retryable error, or in progress elsewhere, holds its partition's
-// checkpoint where it is (the rest of the partition still runs). Cancelling the
-// context stops the replay after the running handlers: the rest of their batch is
-// released unrun, a handler that returns an error once the replay is stopping
-// (its context is cancelled too) has its claim given back without counting an
-// attempt, and the checkpoint is saved. A store that does not answer stops it
-// too: Execute stops after the first batch in which a message's store call failed
-// (an error matching consumer.ErrStoreUnavailable), since every batch after it
-// would only meet the same outage, and returns that error; run it again once the
-// store answers. The report counts every verdict and names the first 20
-// messages that did not end RAN or DUPLICATE, with why (Report.Errors).
+// Execute runs the messages on idemkit's execution engine, a consumer.Pipeline, as
+// a stream: it reads the source a batch at a time (WithBatchSize) ahead of the
+// handlers, keeps up to a batch of messages handed to the engine and not yet
+// settled, which claims and completes them in calls that carry whatever is ready,
+// and starts each handler as its claim returns (WithConcurrency handlers at once),
+// optionally at a rate (WithRate). Two messages of one key never run at once: the
+// second waits for the first to settle, and then usually finds it DUPLICATE. A
+// message another owner holds is looked at again while the store's
+// consumer.WithWaitInProgress allows, as any execution does. The engine's events
+// reach the store's observers with the source "replay".
+//
+// Results are counted in source order. Execute reports progress after each batch
+// (WithProgress) and saves a checkpoint (WithCheckpoint): per partition, the offset
+// of the first message that did not settle. It is saved only after the effects of
+// every message before it were recorded, at most once a second and at the end, so a
+// resumed replay never skips unsettled work, and what it repeats the store answers
+// as DUPLICATE. A message with a retryable error, or in progress elsewhere, holds
+// its partition's checkpoint where it is (the rest of the partition still runs).
+// Cancelling the context stops the replay after the running handlers: the messages
+// whose handlers have not started are released unrun, a handler that returns an
+// error once the replay is stopping (its context is cancelled too) has its claim
+// given back without counting an attempt, and the checkpoint is saved. A store that
+// does not answer stops it too: once a message's store call failed (an error
+// matching consumer.ErrStoreUnavailable) Execute takes no further batch, since
+// every batch after it would only meet the same outage, lets the batches it took run
+// out and returns that error; run it again once the store answers. The
+// report counts every verdict and names the first 20 messages that did not end RAN
+// or DUPLICATE, with why (Report.Errors). A store with consumer.WithLock, which the
+// Pipeline does not take, runs its messages one at a time, in source order, each
+// through consumer.ExecuteIdempotently under its lock.
 //
 // # Scope
 //

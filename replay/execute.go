@@ -3,8 +3,6 @@ package replay
 import (
 	"context"
 	"errors"
-	"fmt"
-	"io"
 	"maps"
 	"sync"
 	"time"
@@ -22,7 +20,9 @@ var ErrBeyondRetention = errors.New("replay: messages older than the store's ret
 // Progress is how far a replay has got.
 type Progress struct {
 	Source string `json:"source"`
-	// Read counts the messages read; Skipped those before the checkpoint it resumed from.
+	// Read counts the messages read, of the batches counted so far (a batch is
+	// counted once each of its messages has its verdict); Skipped those before the
+	// checkpoint it resumed from.
 	Read    int `json:"read"`
 	Skipped int `json:"skipped"`
 	// Counts maps each verdict to its number of messages: RAN (the handler ran and
@@ -63,23 +63,21 @@ type ItemError struct {
 }
 
 // Handler handles one replayed message; its result is stored for duplicates as
-// ExecuteBatch stores any handler's.
+// idemkit stores any handler's.
 type Handler[T any] func(ctx context.Context, m Message) (T, error)
 
-type readResult struct {
-	msgs []Message
-	err  error
-}
-
-// Execute drives src's messages through fn, idempotently: each batch goes through
-// consumer.ExecuteBatch, so a message whose key is completed is a DUPLICATE and not
-// run, and one whose key is new runs once however often the replay is interrupted
-// and resumed. The next batch is read while one executes. When ctx is cancelled,
-// the running batch's handlers that have not started are not run; Execute saves the
-// checkpoint and returns ctx's error with the report so far. It stops the same way
-// after a batch the store did not answer for, with an error matching
-// consumer.ErrStoreUnavailable. It refuses a store on consumer.DefaultScope (an
-// error matching consumer.ErrDefaultScope and ErrConfig) before reading src.
+// Execute drives src's messages through fn, idempotently, on idemkit's execution
+// engine (a consumer.Pipeline): a message whose key is completed is a DUPLICATE and
+// not run, and one whose key is new runs once however often the replay is
+// interrupted and resumed. Messages stream through the engine: up to a batch of
+// them (WithBatchSize) are between hand-over and result at any time, WithConcurrency
+// handlers run at once, and the next batch is read while messages run. When ctx is
+// cancelled, the messages whose handlers have not started are not run; Execute saves
+// the checkpoint and returns ctx's error with the report so far. When the store does
+// not answer for a message, it takes no further batch, lets the batches it took run
+// out, and returns an error matching consumer.ErrStoreUnavailable. It
+// refuses a store on consumer.DefaultScope (an error matching
+// consumer.ErrDefaultScope and ErrConfig) before reading src.
 func Execute[T any](ctx context.Context, store consumer.Store, src Source, fn Handler[T], opts ...Option) (Report, error) {
 	c, err := newConfig(opts)
 	if err != nil {
@@ -95,10 +93,12 @@ func Execute[T any](ctx context.Context, store consumer.Store, src Source, fn Ha
 	if acks && c.checkpoint != nil {
 		return Report{}, configError("%s is its own checkpoint (what is done is acked and leaves it): drop WithCheckpoint", sourceName(src))
 	}
-	e := &executor[T]{c: c, store: store, s: store.Settings(), fn: fn, start: c.now(), blocked: map[string]bool{}, ack: ack}
+	e := &executor[T]{c: c, store: store, s: store.Settings(), fn: fn, start: c.now(), blocked: map[string]bool{}, ack: ack,
+		wake: make(chan struct{}, 1), chunk: chunk(c.batch, c.concurrency)}
 	e.rep.Source = sourceName(src)
 	e.rep.Counts = map[Verdict]int{}
 	e.rep.Checkpoint = Checkpoint{Source: e.rep.Source, Next: map[string]int64{}}
+	e.resume = Checkpoint{Source: e.rep.Source, Next: map[string]int64{}}
 	if c.checkpoint != nil {
 		cp, err := c.checkpoint.Load()
 		if err != nil {
@@ -108,13 +108,18 @@ func Execute[T any](ctx context.Context, store consumer.Store, src Source, fn Ha
 			return e.rep, configError("the checkpoint is of %q, not of %q: give another checkpoint file", cp.Source, e.rep.Source)
 		}
 		maps.Copy(e.rep.Checkpoint.Next, cp.Next)
+		maps.Copy(e.resume.Next, cp.Next)
 	}
+	if e.eng, err = newEngine[T](ctx, store, c); err != nil {
+		return e.rep, err
+	}
+	defer func() { _ = e.eng.stop(context.Background()) }() // also if a callback panics
 
 	rctx, stop := context.WithCancel(ctx)
 	batches := make(chan readResult, 1)
 	var wg sync.WaitGroup
 	wg.Add(1)
-	go func() { // reads ahead while a batch executes
+	go func() { // reads ahead while messages run
 		defer wg.Done()
 		defer close(batches)
 		for {
@@ -136,24 +141,10 @@ func Execute[T any](ctx context.Context, store consumer.Store, src Source, fn Ha
 		wg.Wait()
 	}()
 
-	var runErr error
-	for rr := range batches {
-		if err := e.batch(ctx, rr.msgs); err != nil {
-			runErr = err
-			break
-		}
-		if errors.Is(rr.err, io.EOF) {
-			break
-		}
-		if rr.err != nil {
-			runErr = fmt.Errorf("replay: read %s: %w", e.rep.Source, rr.err)
-			break
-		}
-		if err := ctx.Err(); err != nil {
-			runErr = err
-			break
-		}
-	}
+	e.run(ctx, batches)
+	_ = e.eng.stop(context.Background()) // every message has its result: nothing is left to wait for
+	e.timers.Wait()
+	runErr := e.err
 	if runErr == nil {
 		runErr = ctx.Err()
 	}
@@ -162,254 +153,4 @@ func Execute[T any](ctx context.Context, store consumer.Store, src Source, fn Ha
 	}
 	e.progress(true)
 	return e.rep, runErr
-}
-
-type executor[T any] struct {
-	c       config
-	store   consumer.Store
-	s       consumer.Settings
-	fn      Handler[T]
-	start   time.Time
-	rep     Report
-	blocked map[string]bool // partitions the checkpoint may no longer pass in this run
-	ack     Acknowledger    // nil unless the source is a queue
-	saved   time.Time
-	dirty   bool
-}
-
-// batch executes one batch of messages and moves the checkpoint past its settled
-// prefix. It fails, after recording what settled, when the store did not answer
-// for one of the batch's messages: the rest of the source would only meet the
-// same outage.
-func (e *executor[T]) batch(ctx context.Context, all []Message) error {
-	var msgs []Message
-	for _, m := range all {
-		e.rep.Read++
-		if e.rep.Checkpoint.Done(m) {
-			e.rep.Skipped++
-			continue
-		}
-		msgs = append(msgs, m)
-	}
-	if len(msgs) == 0 {
-		return nil
-	}
-	if err := e.pace(ctx); err != nil {
-		return err
-	}
-	verdicts := make([]Verdict, len(msgs))
-	errs := make([]string, len(msgs))
-	var items []consumer.BatchItem
-	var at []int
-	for i, m := range msgs {
-		why := invalid(m)
-		switch {
-		case why != "":
-			verdicts[i], errs[i] = Invalid, why
-		case e.c.maxReplays > 0 && replays(m) >= e.c.maxReplays:
-			verdicts[i] = Quarantine
-			errs[i] = fmt.Sprintf("its %s header, %d, reached the loop guard's limit of %d (WithMaxReplays)", HeaderReplayCount, replays(m), e.c.maxReplays)
-			if e.c.quarantine != nil {
-				if err := e.c.quarantine(m); err != nil {
-					return fmt.Errorf("replay: quarantine %q: %w", string(m.Key), err)
-				}
-			}
-		default:
-			p, err := e.c.payload(m)
-			if err != nil {
-				verdicts[i], errs[i] = Invalid, "canonical form: "+err.Error()
-				continue
-			}
-			items, at = append(items, consumer.BatchItem{Key: m.Key, Payload: p}), append(at, i)
-		}
-	}
-	if err := e.checkRetention(ctx, msgs, at); err != nil {
-		return err
-	}
-	var outage error // the first error of a store that did not answer
-	if len(items) > 0 {
-		h := func(hctx context.Context, j int, _ consumer.BatchItem) (T, error) {
-			v, err := e.fn(hctx, msgs[at[j]])
-			if err != nil && ctx.Err() != nil {
-				// Cut short by the replay's own stop: the claim is given back and the
-				// attempt not counted.
-				err = consumer.Abandon(err)
-			}
-			return v, err
-		}
-		for j, r := range runBatch(ctx, e.store, items, h, e.c.concurrency) {
-			verdicts[at[j]] = outcomeVerdict(r.Outcome, r.Err)
-			if r.Err != nil {
-				errs[at[j]] = r.Err.Error()
-			}
-			if outage == nil && errors.Is(r.Err, consumer.ErrStoreUnavailable) {
-				outage = r.Err
-			}
-		}
-	}
-	for i, m := range msgs {
-		v := verdicts[i]
-		e.rep.Counts[v]++
-		settled := v != Error && v != InProgress
-		if v != Ran && v != Duplicate && len(e.rep.Errors) < maxNamed {
-			e.rep.Errors = append(e.rep.Errors, itemError(m, v, errs[i]))
-		}
-		switch {
-		case e.blocked[m.Partition]:
-		case settled:
-			e.rep.Checkpoint.Next[m.Partition] = m.Offset + 1
-			e.dirty = true
-		default:
-			e.blocked[m.Partition] = true
-		}
-	}
-	if err := e.acknowledge(ctx, msgs, verdicts); err != nil {
-		return err
-	}
-	if err := e.save(false); err != nil {
-		return err
-	}
-	e.progress(false)
-	if outage != nil {
-		return fmt.Errorf("replay: the store did not answer, so the replay stopped after this batch; run it again once the store answers: %w", outage)
-	}
-	return nil
-}
-
-func itemError(m Message, v Verdict, why string) ItemError {
-	return ItemError{Key: string(m.Key), Partition: m.Partition, Offset: m.Offset, Verdict: v, Err: why}
-}
-
-// acknowledge acks, on a queue source, the messages whose effect is recorded:
-// those that ran now and the duplicates. Every other one (failed, in conflict,
-// quarantined, in progress, not settled) stays in the queue.
-func (e *executor[T]) acknowledge(ctx context.Context, msgs []Message, verdicts []Verdict) error {
-	if e.ack == nil {
-		return nil
-	}
-	var done []Message
-	for i, v := range verdicts {
-		if v == Ran || v == Duplicate {
-			done = append(done, msgs[i])
-		}
-	}
-	if len(done) == 0 {
-		return nil
-	}
-	return e.ack.Ack(ctx, done)
-}
-
-// outcomeVerdict names an execution's outcome.
-func outcomeVerdict(o consumer.Outcome, err error) Verdict {
-	switch o {
-	case consumer.Success:
-		return Ran
-	case consumer.Duplicate:
-		if consumer.ActionFor(o, err) == consumer.DeadLetter {
-			return Failed
-		}
-		return Duplicate
-	case consumer.InProgress:
-		return InProgress
-	}
-	switch {
-	case errors.Is(err, consumer.ErrPayloadConflict):
-		return Conflict
-	case errors.Is(err, consumer.ErrCorruptRecord):
-		return Corrupt
-	case errors.Is(err, consumer.ErrInvalidKey):
-		return Invalid
-	case !consumer.Retryable(err):
-		return Failed
-	}
-	return Error
-}
-
-// checkRetention refuses a batch that holds messages older than the retention
-// whose records are gone, unless accepted.
-func (e *executor[T]) checkRetention(ctx context.Context, msgs []Message, at []int) error {
-	if e.c.accept {
-		return nil
-	}
-	cutoff := e.c.now().Add(-e.s.Retention)
-	var keys []consumer.Key
-	var oldest time.Time
-	for _, i := range at {
-		if t := msgs[i].Time; !t.IsZero() && t.Before(cutoff) {
-			keys = append(keys, msgs[i].Key)
-			if oldest.IsZero() || t.Before(oldest) {
-				oldest = t
-			}
-		}
-	}
-	if len(keys) == 0 {
-		return nil
-	}
-	recs, err := peek(ctx, e.store, keys)
-	if err != nil {
-		return err
-	}
-	gone := 0
-	for _, r := range recs {
-		if r.Corrupt == "" && verdictOf(r.Record) == New {
-			gone++
-		}
-	}
-	if gone == 0 {
-		return nil
-	}
-	return fmt.Errorf("%w: %d messages of this batch (the oldest from %s) are older than the %v retention and have no record: if they ran before, they run again; accept it with WithAcceptBeyondRetention (idemkit replay --accept-beyond-retention)",
-		ErrBeyondRetention, gone, oldest.UTC().Format(time.RFC3339), e.s.Retention)
-}
-
-// pace waits as WithRate asks.
-func (e *executor[T]) pace(ctx context.Context) error {
-	if e.c.rate == 0 {
-		return nil
-	}
-	done := 0
-	for v, n := range e.rep.Counts {
-		if v != Quarantine && v != Invalid {
-			done += n
-		}
-	}
-	due := e.start.Add(time.Duration(float64(done) / e.c.rate * float64(time.Second)))
-	wait := time.Until(due)
-	if wait <= 0 {
-		return nil
-	}
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// save writes the checkpoint at most once a second, and at the end.
-func (e *executor[T]) save(final bool) error {
-	if e.c.checkpoint == nil || !e.dirty || (!final && time.Since(e.saved) < time.Second) {
-		return nil
-	}
-	if err := e.c.checkpoint.Save(e.rep.Checkpoint); err != nil {
-		return err
-	}
-	e.saved, e.dirty = time.Now(), false
-	return nil
-}
-
-func (e *executor[T]) progress(final bool) {
-	e.rep.Elapsed = time.Since(e.start)
-	e.rep.Final = final
-	done := e.rep.Read - e.rep.Skipped
-	if s := e.rep.Elapsed.Seconds(); s > 0 {
-		e.rep.Rate = float64(done) / s
-	}
-	if e.c.progress != nil {
-		p := e.rep.Progress
-		p.Counts = maps.Clone(e.rep.Counts)
-		e.c.progress(p)
-	}
 }

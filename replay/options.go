@@ -73,16 +73,20 @@ func newConfig(opts []Option) (config, error) {
 	return c, nil
 }
 
-// WithBatchSize sets how many messages are read, planned and executed together (one
-// claim round trip and one completion round trip per batch). Default 500, at most
-// 10,000.
+// WithBatchSize sets how many messages are read and planned together, and how many
+// Execute keeps handed to the engine and not yet settled (the Pipeline's window;
+// one claim or completion call carries at most that many). Execute reports
+// progress, acks a queue source's messages and may save its checkpoint after each
+// batch. Default 500, at most 10,000.
 func WithBatchSize(n int) Option { return optFunc(func(c *config) { c.batch = n }) }
 
-// WithConcurrency sets how many handlers of a batch run at once. Default 16.
+// WithConcurrency sets how many handlers run at once (the Pipeline's handlers).
+// With 1, they run one after another in source order. Default 16.
 func WithConcurrency(n int) Option { return optFunc(func(c *config) { c.concurrency = n }) }
 
-// WithRate limits execution to perSecond messages per second, paced per batch.
-// Default 0: unlimited.
+// WithRate limits execution to perSecond messages per second, paced per message
+// (the n-th message that may run is handed to the engine n/perSecond seconds after
+// the start at the earliest; duplicates count). Default 0: unlimited.
 func WithRate(perSecond float64) Option { return optFunc(func(c *config) { c.rate = perSecond }) }
 
 // WithCanonical sets the bytes that are fingerprinted for a message: the payload as
@@ -113,13 +117,14 @@ func WithQuarantine(fn func(Message) error) Option {
 func WithAcceptBeyondRetention(on bool) Option { return optFunc(func(c *config) { c.accept = on }) }
 
 // WithCheckpoint keeps Execute's progress in cp: it resumes after the checkpoint
-// cp holds, and saves a new one after each batch's effects are recorded. Default:
+// cp holds, and saves a new one as batches' effects are recorded (at most once a
+// second) and at the end. Default:
 // none (a replay starts from the source's beginning; the store still turns what was
 // done into DUPLICATEs).
 func WithCheckpoint(cp Checkpointer) Option { return optFunc(func(c *config) { c.checkpoint = cp }) }
 
-// WithProgress calls fn after every batch, and once at the end, with the progress
-// so far. fn runs on the replay's goroutine: keep it short. Default: none.
+// WithProgress calls fn after every batch (once each of its messages has its
+// verdict), and once at the end, with the progress so far. fn runs on the replay's goroutine: keep it short. Default: none.
 func WithProgress(fn func(Progress)) Option { return optFunc(func(c *config) { c.progress = fn }) }
 
 // WithLogger sets the logger. Default: logs are discarded.

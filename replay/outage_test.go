@@ -41,12 +41,17 @@ func TestExecuteStopsWhenTheStoreDoesNotAnswer(t *testing.T) {
 	runs := map[string]int{}
 	h := func(_ context.Context, m replay.Message) (int, error) { runs[string(m.Key)]++; return 1, nil }
 
+	// The engine reads and claims ahead while messages run, so the cut is made
+	// between the first batch and the second at the source: the second read waits
+	// until the first batch is reported, and the store is cut off then.
+	src := &gated{JSONLSource: openJSONL(t, path), open: make(chan struct{})}
 	cut := replay.WithProgress(func(p replay.Progress) {
 		if p.Read == 2 && !p.Final {
 			proxy.Blackhole()
+			close(src.open)
 		}
 	})
-	rep, err := replay.Execute(ctx, store, openJSONL(t, path), h, cut, replay.WithCheckpoint(cp),
+	rep, err := replay.Execute(ctx, store, src, h, cut, replay.WithCheckpoint(cp),
 		replay.WithBatchSize(2), replay.WithConcurrency(1))
 	if !errors.Is(err, consumer.ErrStoreUnavailable) {
 		t.Fatalf("execution cut off from the store: %v (%+v)", err, rep.Counts)
@@ -71,4 +76,22 @@ func TestExecuteStopsWhenTheStoreDoesNotAnswer(t *testing.T) {
 			t.Fatalf("%s ran %d times: %v", k, runs[k], runs)
 		}
 	}
+}
+
+// gated is a JSONL source whose second read waits until open is closed.
+type gated struct {
+	*replay.JSONLSource
+	reads int
+	open  chan struct{}
+}
+
+func (g *gated) Read(ctx context.Context, max int) ([]replay.Message, error) {
+	if g.reads++; g.reads == 2 {
+		select {
+		case <-g.open:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return g.JSONLSource.Read(ctx, max)
 }

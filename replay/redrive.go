@@ -122,15 +122,23 @@ func RedriveKafka(ctx context.Context, store admin.Store, src Source, cl *kgo.Cl
 	if cl == nil {
 		return RedriveReport{Counts: map[Verdict]int{}, Kinds: map[string]int{}}, configError("nil Kafka client")
 	}
-	return redrive(ctx, store, src, o, func(in *admin.Inspector, o RedriveOptions, msgs []Message, rep *RedriveReport) error {
-		return redriveBatch(ctx, in, cl, o, msgs, rep)
+	return redrive(ctx, store, src, o, func(r *redriver, msgs []Message) error {
+		return r.kafkaBatch(ctx, cl, msgs)
 	})
 }
 
+// redriver is one redrive: an Inspector over its store, its options with their
+// defaults filled in, and its report.
+type redriver struct {
+	in  *admin.Inspector
+	o   RedriveOptions
+	rep RedriveReport
+}
+
 // redrive checks the store's scope and o, fills in o's defaults and reads src to
-// its end, handing each batch and the completed options to step.
+// its end, handing each batch to step.
 func redrive(ctx context.Context, store admin.Store, src Source, o RedriveOptions,
-	step func(in *admin.Inspector, o RedriveOptions, msgs []Message, rep *RedriveReport) error) (RedriveReport, error) {
+	step func(r *redriver, msgs []Message) error) (RedriveReport, error) {
 	rep := RedriveReport{Counts: map[Verdict]int{}, Kinds: map[string]int{}}
 	if store == nil || src == nil {
 		return rep, configError("nil store or source")
@@ -148,55 +156,57 @@ func redrive(ctx context.Context, store admin.Store, src Source, o RedriveOption
 	if o.Rerun && o.Execute && (strings.TrimSpace(o.Actor) == "" || strings.TrimSpace(o.Reason) == "") {
 		return rep, configError("a redrive with Rerun records who and why: give Actor and Reason")
 	}
+	r := &redriver{in: in, o: o, rep: rep}
 	for {
 		msgs, rerr := src.Read(ctx, 500)
-		if err := step(in, o, msgs, &rep); err != nil {
-			return rep, err
+		if err := step(r, msgs); err != nil {
+			return r.rep, err
 		}
 		if o.Progress != nil {
-			o.Progress(rep)
+			o.Progress(r.rep)
 		}
 		if errors.Is(rerr, io.EOF) {
-			return rep, nil
+			return r.rep, nil
 		}
 		if rerr != nil {
-			return rep, rerr
+			return r.rep, rerr
 		}
 		if err := ctx.Err(); err != nil {
-			return rep, err
+			return r.rep, err
 		}
 	}
 }
 
-func redriveBatch(ctx context.Context, in *admin.Inspector, cl *kgo.Client, o RedriveOptions, msgs []Message, rep *RedriveReport) error {
+// kafkaBatch republishes the selected dead letters of msgs with cl.
+func (r *redriver) kafkaBatch(ctx context.Context, cl *kgo.Client, msgs []Message) error {
 	var out []*kgo.Record
 	for _, m := range msgs {
-		rep.Read++
+		r.rep.Read++
 		d, err := ReadDeadLetter(m.Headers)
 		raw, ok := m.Raw.(*kgo.Record)
 		switch {
 		case err != nil || !ok || d.Key == "":
-			rep.Counts[Invalid]++
+			r.rep.Counts[Invalid]++
 			continue
-		case !o.Filter.keep(m, d.Kind, d.Key):
-			rep.Counts[Filtered]++
+		case !r.o.Filter.keep(m, d.Kind, d.Key):
+			r.rep.Counts[Filtered]++
 			continue
 		}
-		republish, err := redriveDecide(ctx, in, o, m, d.Kind, d.Key, rep)
+		republish, err := r.decide(ctx, m, d.Kind, d.Key)
 		if err != nil {
 			return err
 		}
 		if !republish {
 			continue
 		}
-		r := &kgo.Record{Topic: d.Topic, Key: raw.Key, Value: raw.Value}
+		rec := &kgo.Record{Topic: d.Topic, Key: raw.Key, Value: raw.Value}
 		for _, h := range raw.Headers {
 			if !strings.HasPrefix(h.Key, "idemkit-") {
-				r.Headers = append(r.Headers, h)
+				rec.Headers = append(rec.Headers, h)
 			}
 		}
-		r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderReplayCount, Value: []byte(strconv.Itoa(replays(m) + 1))})
-		out = append(out, r)
+		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: HeaderReplayCount, Value: []byte(strconv.Itoa(replays(m) + 1))})
+		out = append(out, rec)
 	}
 	if len(out) == 0 {
 		return nil
@@ -207,33 +217,33 @@ func redriveBatch(ctx context.Context, in *admin.Inspector, cl *kgo.Client, o Re
 	return nil
 }
 
-// redriveDecide counts a selected dead letter and says whether to republish it:
-// not when the loop guard stops it, its key is completed since, or it failed for
-// good and Rerun was not asked. With Rerun (and Execute) a failed key is made to
-// run once more first, at the fence the store holds.
-func redriveDecide(ctx context.Context, in *admin.Inspector, o RedriveOptions, m Message, kind string, key consumer.Key, rep *RedriveReport) (bool, error) {
-	rep.Kinds[kind]++
-	if replays(m) >= o.MaxReplays {
-		rep.Counts[Quarantine]++
+// decide counts a selected dead letter and says whether to republish it: not when
+// the loop guard stops it, its key is completed since, or it failed for good and
+// Rerun was not asked. With Rerun (and Execute) a failed key is made to run once
+// more first, at the fence the store holds.
+func (r *redriver) decide(ctx context.Context, m Message, kind string, key consumer.Key) (bool, error) {
+	r.rep.Kinds[kind]++
+	if replays(m) >= r.o.MaxReplays {
+		r.rep.Counts[Quarantine]++
 		return false, nil
 	}
-	rec, err := in.Inspect(ctx, "", key)
+	rec, err := r.in.Inspect(ctx, "", key)
 	switch {
 	case errors.Is(err, admin.ErrNotFound):
 	case err != nil && !errors.Is(err, admin.ErrCorrupt):
 		return false, err
 	case rec.State == "completed":
-		rep.Counts[Done]++
+		r.rep.Counts[Done]++
 		return false, nil
-	case rec.State == "failed" && !o.Rerun:
-		rep.Counts[NotRerunnable]++
+	case rec.State == "failed" && !r.o.Rerun:
+		r.rep.Counts[NotRerunnable]++
 		return false, nil
-	case rec.State == "failed" && o.Execute:
-		_, err := in.Rerun(ctx, admin.Change{Key: key, Actor: o.Actor, Reason: o.Reason, Fence: rec.Fence})
+	case rec.State == "failed" && r.o.Execute:
+		_, err := r.in.Rerun(ctx, admin.Change{Key: key, Actor: r.o.Actor, Reason: r.o.Reason, Fence: rec.Fence})
 		if err != nil && !errors.Is(err, admin.ErrFenceMoved) && !errors.Is(err, admin.ErrWrongState) {
 			return false, err
 		}
 	}
-	rep.Counts[Redriven]++
-	return o.Execute, nil
+	r.rep.Counts[Redriven]++
+	return r.o.Execute, nil
 }

@@ -77,22 +77,22 @@ func RedriveRabbitMQ(ctx context.Context, store admin.Store, src *RabbitSource, 
 			pub.close()
 		}
 	}()
-	return redrive(ctx, store, src, o, func(in *admin.Inspector, o RedriveOptions, msgs []Message, rep *RedriveReport) error {
+	return redrive(ctx, store, src, o, func(r *redriver, msgs []Message) error {
 		var out []Message
 		var to []string
 		for _, m := range msgs {
-			rep.Read++
+			r.rep.Read++
 			d, err := ReadRabbitDeadLetter(m.Headers)
 			_, ok := m.Raw.(amqp091.Delivery)
 			switch {
 			case err != nil || !ok || d.Key == "":
-				rep.Counts[Invalid]++
+				r.rep.Counts[Invalid]++
 				continue
-			case !o.Filter.keep(m, d.Kind, d.Key):
-				rep.Counts[Filtered]++
+			case !r.o.Filter.keep(m, d.Kind, d.Key):
+				r.rep.Counts[Filtered]++
 				continue
 			}
-			republish, err := redriveDecide(ctx, in, o, m, d.Kind, d.Key, rep)
+			republish, err := r.decide(ctx, m, d.Kind, d.Key)
 			if err != nil {
 				return err
 			}
