@@ -13,6 +13,7 @@ import (
 	"github.com/idemkit/idemkit/internal/benchkit"
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/replay"
+	redisstore "github.com/idemkit/idemkit/store/redis"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -33,8 +34,8 @@ func BenchmarkExecuteJSONL(b *testing.B) {
 			client := testenv.Redis(b)
 			prefix := testenv.Prefix(b)
 			b.Cleanup(func() { unlinkPrefix(client, prefix) })
-			store, err := consumer.NewRedisStore(client, consumer.WithPrefix(prefix), consumer.WithScope("bench"),
-				consumer.WithEvictionCheck(consumer.EvictionIgnore))
+			store, err := redisstore.NewStore(client, consumer.WithPrefix(prefix), consumer.WithScope("bench"),
+				redisstore.WithEvictionCheck(redisstore.EvictionIgnore))
 			if err != nil {
 				b.Fatal(err)
 			}
