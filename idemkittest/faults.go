@@ -1,0 +1,544 @@
+package idemkittest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/idemkit/idemkit/consumer"
+)
+
+// Op names a consumer.Store method, for faults.
+type Op int
+
+// Store methods a fault can hit.
+const (
+	OpBegin   Op = iota + 1 // claims
+	OpSettle                // completions and failures
+	OpExtend                // lease renewals
+	OpRelease               // claims given back
+	OpPeek                  // reads
+)
+
+func (o Op) String() string {
+	switch o {
+	case OpBegin:
+		return "begin"
+	case OpSettle:
+		return "settle"
+	case OpExtend:
+		return "extend"
+	case OpRelease:
+		return "release"
+	case OpPeek:
+		return "peek"
+	}
+	return "unknown"
+}
+
+// FaultAction is what a fault does to the calls it hits.
+type FaultAction int
+
+// Fault actions.
+const (
+	// FailCall: the call never reaches the store; the items it hits are answered
+	// with Fault.Err (default: a *consumer.StoreError wrapping ErrInjected, which
+	// idemkit treats as a store that refused the call: not applied).
+	FailCall FaultAction = iota
+	// DelayCall: the call waits Fault.Delay, then goes to the store. A call whose
+	// context ends first is answered with a *consumer.StoreError wrapping the
+	// context's error, and does not go.
+	DelayCall
+	// LoseReply: the call reaches the store and is applied; its reply is lost on
+	// the way back: the items it hits are answered with Fault.Err (default: a
+	// *consumer.StoreError wrapping ErrReplyLost, which idemkit treats as a call
+	// that may have been applied, as after a timeout).
+	LoseReply
+)
+
+func (a FaultAction) String() string {
+	switch a {
+	case FailCall:
+		return "fail"
+	case DelayCall:
+		return "delay"
+	case LoseReply:
+		return "lose reply"
+	}
+	return "unknown"
+}
+
+// Forever, as Fault.Count, makes a fault hit every matching call from its Nth on.
+const Forever = -1
+
+// Fault is one fault of a FaultStore, modelled on kfake's: which calls it hits
+// (Op, Key, Fence), when (Nth, Count) and what it does (Action).
+type Fault struct {
+	// Op is the store method whose calls the fault hits. Required.
+	Op Op
+	// Action is what happens to the calls it hits. Default FailCall.
+	Action FaultAction
+	// Nth is the first matching call the fault hits, counted from when it was
+	// injected: 1 is the next one. Default 1.
+	Nth int
+	// Count is how many matching calls in a row it hits, from the Nth on: Forever
+	// for every one. Default 1.
+	Count int
+	// Key, when set, makes only calls that carry Key match, and the fault hits only
+	// Key's items of a batch (the others go to the store untouched). Default: any key.
+	Key consumer.Key
+	// Fence, when set, makes only the calls of the attempt that holds this fence
+	// match (Settle, Extend and Release items carry it; a claim or a read never
+	// matches a fault with a fence). Default: any attempt.
+	Fence int64
+	// Delay is how long DelayCall holds the call back.
+	Delay time.Duration
+	// Err replaces the default error FailCall and LoseReply answer with.
+	Err error
+	// Crash says the attempt whose call the fault hits dies with it: the call
+	// itself never reaches the store (FailCall), or reaches it and is applied
+	// before the process dies (LoseReply), and none of the attempt's later calls
+	// reach the store (see FaultStore.Crash). A claim that crashes with
+	// FailCall made no attempt, so only its own call is lost.
+	Crash bool
+}
+
+// ErrInjected is the default cause of a FailCall fault: the store was not reached.
+var ErrInjected = errors.New("idemkittest: injected fault: the store was not reached")
+
+// ErrReplyLost is the default cause of a LoseReply fault. It wraps
+// context.DeadlineExceeded: to the caller, the call timed out, and may have been
+// applied (it was).
+var ErrReplyLost = fmt.Errorf("idemkittest: injected fault: the call was applied and its reply lost: %w", context.DeadlineExceeded)
+
+// errCrashed is the reason given, to the library in the test process, for a call
+// of a crashed attempt: no store ever sees it, and nothing the kit reports
+// depends on the answer.
+const errCrashed = "idemkittest: the attempt's worker crashed: its call never reached the store"
+
+func (f Fault) validate() error {
+	switch {
+	case f.Op < OpBegin || f.Op > OpPeek:
+		return fmt.Errorf("idemkittest: fault op %d: use OpBegin, OpSettle, OpExtend, OpRelease or OpPeek", f.Op)
+	case f.Action < FailCall || f.Action > LoseReply:
+		return fmt.Errorf("idemkittest: fault action %d: use FailCall, DelayCall or LoseReply", f.Action)
+	case f.Nth < 0:
+		return fmt.Errorf("idemkittest: fault Nth %d: give 1 for the next call (0 means 1)", f.Nth)
+	case f.Count < Forever:
+		return fmt.Errorf("idemkittest: fault Count %d: give how many calls it hits (0 means 1), or Forever", f.Count)
+	case f.Action == DelayCall && f.Delay <= 0:
+		return fmt.Errorf("idemkittest: DelayCall with Delay %v: give a positive delay", f.Delay)
+	case f.Action == DelayCall && f.Crash:
+		return errors.New("idemkittest: DelayCall with Crash: a crash fails the call (FailCall) or loses its reply (LoseReply)")
+	case f.Fence < 0:
+		return fmt.Errorf("idemkittest: fault fence %d: fences start at 1 (0 means any attempt)", f.Fence)
+	}
+	return nil
+}
+
+// FaultStore is a consumer.Store that injects faults into the calls it passes
+// to another store: a call that fails, waits, or is applied and loses its reply,
+// and attempts whose worker crashes. It is what the kit's scenarios run on, and
+// it can be used on its own to put any store idemkit runs on (the memory store,
+// Redis, PostgreSQL, DynamoDB) under a fault of the test's choosing:
+//
+//	fs, _ := idemkittest.NewFaultStore(store)
+//	_ = fs.Inject(idemkittest.Fault{Op: idemkittest.OpSettle, Action: idemkittest.LoseReply})
+//	r := consumer.ExecuteIdempotently(ctx, fs, key, payload, handler) // the completion applies; its reply is lost
+//
+// It passes Settings through unchanged, and does not pass on the operator
+// methods of the store under it. It is safe for concurrent use.
+type FaultStore struct {
+	inner consumer.Store
+
+	mu      sync.Mutex
+	faults  []*armed
+	calls   [OpPeek + 1]int
+	crashed map[attempt]bool
+	owners  map[string]bool // owner tokens of crashed attempts: their claims are lost too
+	byClaim map[attempt]string
+}
+
+var _ consumer.Store = (*FaultStore)(nil)
+
+// attempt names one attempt by its key and fence.
+type attempt struct {
+	key   consumer.Key
+	fence int64
+}
+
+// armed is an injected fault and how many matching calls it has seen.
+type armed struct {
+	Fault
+	seen, hit int
+}
+
+// NewFaultStore wraps store. It fails when store is nil.
+func NewFaultStore(store consumer.Store) (*FaultStore, error) {
+	if store == nil || isNilPointer(store) {
+		return nil, errors.New("idemkittest: NewFaultStore: nil store: pass the store the faults are to hit")
+	}
+	return &FaultStore{inner: store, crashed: map[attempt]bool{}, owners: map[string]bool{}, byClaim: map[attempt]string{}}, nil
+}
+
+// Inject adds f; it hits calls made from now on. It fails, adding nothing, when a
+// field of f is out of range.
+func (fs *FaultStore) Inject(f Fault) error {
+	if fs == nil {
+		return errNilFaultStore
+	}
+	if err := f.validate(); err != nil {
+		return err
+	}
+	if f.Nth == 0 {
+		f.Nth = 1
+	}
+	if f.Count == 0 {
+		f.Count = 1
+	}
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.faults = append(fs.faults, &armed{Fault: f})
+	return nil
+}
+
+// Clear removes every fault: the store answers normally again. Crashed attempts
+// stay crashed: a dead worker does not come back.
+func (fs *FaultStore) Clear() {
+	if fs == nil {
+		return
+	}
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.faults = nil
+}
+
+// Crash makes the worker running the attempt at key with fence die now: none of
+// its later calls (renewals, its completion or failure, its release, a claim
+// sent again under its owner token) reaches the store, so its record stays as
+// the crash left it, until its lease runs out. In the test process the library
+// sees those calls refused, as lease lost; no store ever sees them.
+func (fs *FaultStore) Crash(key consumer.Key, fence int64) {
+	if fs == nil {
+		return
+	}
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.crashLocked(attempt{key, fence})
+}
+
+func (fs *FaultStore) crashLocked(a attempt) {
+	fs.crashed[a] = true
+	if owner, ok := fs.byClaim[a]; ok {
+		fs.owners[owner] = true
+	}
+}
+
+// Calls reports how many calls of op have been made through the store, faults
+// or not.
+func (fs *FaultStore) Calls(op Op) int {
+	if fs == nil || op < OpBegin || op > OpPeek {
+		return 0
+	}
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	return fs.calls[op]
+}
+
+var errNilFaultStore = errors.New("idemkittest: nil FaultStore: make it with NewFaultStore")
+
+// item is what a fault looks at in one item of a call.
+type item struct {
+	key      consumer.Key
+	owner    string
+	fence    int64 // 0: the item carries none (claims, reads)
+	hasFence bool
+}
+
+// fate is what happens to one item of a call.
+type fate struct {
+	send  bool  // the item goes to the store
+	err   error // the answer, when it does not go or its reply is lost
+	crash bool  // its attempt dies after the call
+}
+
+// plan decides the fate of each item of one call of op, and how long the call
+// waits before it goes.
+func (fs *FaultStore) plan(op Op, items []item) (fates []fate, delay time.Duration) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.calls[op]++
+	fates = make([]fate, len(items))
+	for i, it := range items {
+		fates[i].send = true
+		if fs.owners[it.owner] || it.hasFence && fs.crashed[attempt{it.key, it.fence}] {
+			fates[i] = fate{err: &consumer.LeaseLostError{Key: it.key, Fence: it.fence, Reason: errCrashed}}
+		}
+	}
+	hitBy := make([]*armed, len(items))
+	for _, f := range fs.faults {
+		if f.Op != op {
+			continue
+		}
+		var match []int
+		for i, it := range items {
+			if (f.Key == "" || f.Key == it.key) && (f.Fence == 0 || it.hasFence && f.Fence == it.fence) {
+				match = append(match, i)
+			}
+		}
+		if len(match) == 0 {
+			continue
+		}
+		f.seen++
+		if f.seen < f.Nth || f.Count != Forever && f.hit >= f.Count {
+			continue
+		}
+		f.hit++
+		if f.Action == DelayCall {
+			delay = max(delay, f.Delay)
+			continue
+		}
+		for _, i := range match {
+			if hitBy[i] == nil && fates[i].send {
+				hitBy[i] = f
+			}
+		}
+	}
+	for i, f := range hitBy {
+		if f == nil {
+			continue
+		}
+		err := f.Err
+		if err == nil && f.Action == LoseReply {
+			err = &consumer.StoreError{Op: op.String(), Err: ErrReplyLost}
+		} else if err == nil {
+			err = &consumer.StoreError{Op: op.String(), Err: ErrInjected}
+		}
+		fates[i] = fate{send: f.Action == LoseReply, err: err, crash: f.Crash}
+		if f.Crash && f.Action == FailCall && items[i].hasFence {
+			fs.crashLocked(attempt{items[i].key, items[i].fence})
+		}
+	}
+	return fates, delay
+}
+
+// afterCall records the claims that were made (so that a crash finds their owner
+// token) and the crashes of attempts whose call went through.
+func (fs *FaultStore) afterCall(items []item, fates []fate, fences []int64) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	for i, it := range items {
+		fence := it.fence
+		if fences != nil {
+			fence = fences[i]
+			if fence != 0 {
+				fs.byClaim[attempt{it.key, fence}] = it.owner
+			}
+		}
+		if fates[i].crash && fates[i].send && fence != 0 {
+			fs.crashLocked(attempt{it.key, fence})
+		}
+	}
+}
+
+// wait holds a call back for delay, or until ctx ends (then it reports false).
+func wait(ctx context.Context, delay time.Duration) bool {
+	if delay <= 0 {
+		return true
+	}
+	t := time.NewTimer(delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// sent returns the indexes of the items that go to the store.
+func sent(fates []fate) []int {
+	var out []int
+	for i, f := range fates {
+		if f.send {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// Settings returns the wrapped store's settings.
+func (fs *FaultStore) Settings() consumer.Settings {
+	if fs == nil {
+		return consumer.Settings{}
+	}
+	return fs.inner.Settings()
+}
+
+// Begin claims records through the wrapped store, faults permitting.
+func (fs *FaultStore) Begin(ctx context.Context, claims []consumer.Claim) []consumer.ClaimReply {
+	out := make([]consumer.ClaimReply, len(claims))
+	if fs == nil {
+		for i := range out {
+			out[i].Err = errNilFaultStore
+		}
+		return out
+	}
+	items := make([]item, len(claims))
+	for i, c := range claims {
+		items[i] = item{key: c.Key, owner: c.Owner}
+	}
+	fates, delay := fs.plan(OpBegin, items)
+	if !wait(ctx, delay) {
+		for i := range out {
+			out[i].Err = &consumer.StoreError{Op: "begin", Err: ctx.Err()}
+		}
+		return out
+	}
+	idx := sent(fates)
+	fences := make([]int64, len(claims))
+	if len(idx) > 0 {
+		sub := make([]consumer.Claim, len(idx))
+		for j, i := range idx {
+			sub[j] = claims[i]
+		}
+		reps := fs.inner.Begin(ctx, sub)
+		for j, i := range idx {
+			if j < len(reps) {
+				out[i] = reps[j]
+			} else {
+				out[i].Err = &consumer.StoreError{Op: "begin", Err: errors.New("the store answered fewer claims than it was sent")}
+			}
+			if out[i].Claimed() {
+				fences[i] = out[i].Fence
+			}
+		}
+	}
+	for i, f := range fates {
+		if f.err != nil {
+			out[i] = consumer.ClaimReply{Err: f.err}
+		}
+	}
+	fs.afterCall(items, fates, fences)
+	return out
+}
+
+// Settle completes or fails claimed records through the wrapped store, faults
+// permitting.
+func (fs *FaultStore) Settle(ctx context.Context, sts []consumer.Settlement) []consumer.SettleReply {
+	out := make([]consumer.SettleReply, len(sts))
+	if fs == nil {
+		for i := range out {
+			out[i].Err = errNilFaultStore
+		}
+		return out
+	}
+	items := make([]item, len(sts))
+	for i, s := range sts {
+		items[i] = item{key: s.Key, owner: s.Owner, fence: s.Fence, hasFence: true}
+	}
+	fates, delay := fs.plan(OpSettle, items)
+	if !wait(ctx, delay) {
+		for i := range out {
+			out[i].Err = &consumer.StoreError{Op: "settle", Err: ctx.Err()}
+		}
+		return out
+	}
+	if idx := sent(fates); len(idx) > 0 {
+		sub := make([]consumer.Settlement, len(idx))
+		for j, i := range idx {
+			sub[j] = sts[i]
+		}
+		reps := fs.inner.Settle(ctx, sub)
+		for j, i := range idx {
+			if j < len(reps) {
+				out[i] = reps[j]
+			} else {
+				out[i].Err = &consumer.StoreError{Op: "settle", Err: errors.New("the store answered fewer items than it was sent")}
+			}
+		}
+	}
+	for i, f := range fates {
+		if f.err != nil {
+			out[i] = consumer.SettleReply{Err: f.err}
+		}
+	}
+	fs.afterCall(items, fates, nil)
+	return out
+}
+
+// Extend renews leases through the wrapped store, faults permitting.
+func (fs *FaultStore) Extend(ctx context.Context, owned []consumer.Owned) []error {
+	return fs.owned(ctx, OpExtend, owned, func(ctx context.Context, o []consumer.Owned) []error { return fs.inner.Extend(ctx, o) })
+}
+
+// Release gives claims back through the wrapped store, faults permitting.
+func (fs *FaultStore) Release(ctx context.Context, owned []consumer.Owned) []error {
+	return fs.owned(ctx, OpRelease, owned, func(ctx context.Context, o []consumer.Owned) []error { return fs.inner.Release(ctx, o) })
+}
+
+func (fs *FaultStore) owned(ctx context.Context, op Op, owned []consumer.Owned,
+	call func(context.Context, []consumer.Owned) []error) []error {
+	out := make([]error, len(owned))
+	if fs == nil {
+		for i := range out {
+			out[i] = errNilFaultStore
+		}
+		return out
+	}
+	items := make([]item, len(owned))
+	for i, o := range owned {
+		items[i] = item{key: o.Key, owner: o.Owner, fence: o.Fence, hasFence: true}
+	}
+	fates, delay := fs.plan(op, items)
+	if !wait(ctx, delay) {
+		for i := range out {
+			out[i] = &consumer.StoreError{Op: op.String(), Err: ctx.Err()}
+		}
+		return out
+	}
+	if idx := sent(fates); len(idx) > 0 {
+		sub := make([]consumer.Owned, len(idx))
+		for j, i := range idx {
+			sub[j] = owned[i]
+		}
+		errs := call(ctx, sub)
+		for j, i := range idx {
+			if j < len(errs) {
+				out[i] = errs[j]
+			} else {
+				out[i] = &consumer.StoreError{Op: op.String(), Err: errors.New("the store answered fewer items than it was sent")}
+			}
+		}
+	}
+	for i, f := range fates {
+		if f.err != nil {
+			out[i] = f.err
+		}
+	}
+	fs.afterCall(items, fates, nil)
+	return out
+}
+
+// Peek reads one record through the wrapped store, faults permitting.
+func (fs *FaultStore) Peek(ctx context.Context, key consumer.Key) (consumer.Record, error) {
+	if fs == nil {
+		return consumer.Record{}, errNilFaultStore
+	}
+	items := []item{{key: key}}
+	fates, delay := fs.plan(OpPeek, items)
+	if !wait(ctx, delay) {
+		return consumer.Record{}, &consumer.StoreError{Op: "peek", Err: ctx.Err()}
+	}
+	var rec consumer.Record
+	var err error
+	if fates[0].send {
+		rec, err = fs.inner.Peek(ctx, key)
+	}
+	if fates[0].err != nil {
+		return consumer.Record{}, fates[0].err
+	}
+	return rec, err
+}
