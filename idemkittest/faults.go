@@ -236,8 +236,8 @@ func (fs *FaultStore) crashLocked(a attempt) {
 	}
 }
 
-// Calls reports how many calls of op have been made through the store, faults
-// or not.
+// Calls reports how many calls of op the store has answered, faults or not
+// (a call is counted once its answer is ready).
 func (fs *FaultStore) Calls(op Op) int {
 	if fs == nil || op < OpBegin || op > OpPeek {
 		return 0
@@ -269,7 +269,6 @@ type fate struct {
 func (fs *FaultStore) plan(op Op, items []item) (fates []fate, delay time.Duration) {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
-	fs.calls[op]++
 	fates = make([]fate, len(items))
 	for i, it := range items {
 		fates[i].send = true
@@ -326,7 +325,7 @@ func (fs *FaultStore) plan(op Op, items []item) (fates []fate, delay time.Durati
 
 // afterCall records the claims that were made (so that a crash finds their owner
 // token) and the crashes of attempts whose call went through.
-func (fs *FaultStore) afterCall(items []item, fates []fate, fences []int64) {
+func (fs *FaultStore) afterCall(op Op, items []item, fates []fate, fences []int64) {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	for i, it := range items {
@@ -341,6 +340,13 @@ func (fs *FaultStore) afterCall(items []item, fates []fate, fences []int64) {
 			fs.crashLocked(attempt{it.key, fence})
 		}
 	}
+}
+
+// answered counts a call of op that has its answer.
+func (fs *FaultStore) answered(op Op) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.calls[op]++
 }
 
 // wait holds a call back for delay, or until ctx ends (then it reports false).
@@ -386,6 +392,7 @@ func (fs *FaultStore) Begin(ctx context.Context, claims []consumer.Claim) []cons
 		}
 		return out
 	}
+	defer fs.answered(OpBegin)
 	items := make([]item, len(claims))
 	for i, c := range claims {
 		items[i] = item{key: c.Key, owner: c.Owner}
@@ -421,7 +428,7 @@ func (fs *FaultStore) Begin(ctx context.Context, claims []consumer.Claim) []cons
 			out[i] = consumer.ClaimReply{Err: f.err}
 		}
 	}
-	fs.afterCall(items, fates, fences)
+	fs.afterCall(OpBegin, items, fates, fences)
 	return out
 }
 
@@ -435,6 +442,7 @@ func (fs *FaultStore) Settle(ctx context.Context, sts []consumer.Settlement) []c
 		}
 		return out
 	}
+	defer fs.answered(OpSettle)
 	items := make([]item, len(sts))
 	for i, s := range sts {
 		items[i] = item{key: s.Key, owner: s.Owner, fence: s.Fence, hasFence: true}
@@ -465,7 +473,7 @@ func (fs *FaultStore) Settle(ctx context.Context, sts []consumer.Settlement) []c
 			out[i] = consumer.SettleReply{Err: f.err}
 		}
 	}
-	fs.afterCall(items, fates, nil)
+	fs.afterCall(OpSettle, items, fates, nil)
 	return out
 }
 
@@ -488,6 +496,7 @@ func (fs *FaultStore) owned(ctx context.Context, op Op, owned []consumer.Owned,
 		}
 		return out
 	}
+	defer fs.answered(op)
 	items := make([]item, len(owned))
 	for i, o := range owned {
 		items[i] = item{key: o.Key, owner: o.Owner, fence: o.Fence, hasFence: true}
@@ -518,7 +527,7 @@ func (fs *FaultStore) owned(ctx context.Context, op Op, owned []consumer.Owned,
 			out[i] = f.err
 		}
 	}
-	fs.afterCall(items, fates, nil)
+	fs.afterCall(op, items, fates, nil)
 	return out
 }
 
@@ -527,6 +536,7 @@ func (fs *FaultStore) Peek(ctx context.Context, key consumer.Key) (consumer.Reco
 	if fs == nil {
 		return consumer.Record{}, errNilFaultStore
 	}
+	defer fs.answered(OpPeek)
 	items := []item{{key: key}}
 	fates, delay := fs.plan(OpPeek, items)
 	if !wait(ctx, delay) {

@@ -15,9 +15,13 @@ func (t *trial[T]) judge(v *Verdict) {
 		return
 	}
 	a := abouts[t.scenario]
-	details := fmt.Sprintf("handler ran %d times; deliveries: %s", v.Runs, trace(v.Deliveries))
+	details := fmt.Sprintf("handler ran %s; deliveries: %s", times(v.Runs), trace(v.Deliveries))
 	var msg string
 	switch {
+	case t.scenario == AfterRetention && t.problem == "" && v.Effects != 0 &&
+		(v.Effects != 1 || t.final.Outcome != consumer.Duplicate || t.final.Err != nil):
+		msg = fmt.Sprintf("%s: effect ran %s, and the last delivery ended %v%s: %s; %s [%s]", a.name, times(v.Effects),
+			t.final.Outcome, errText(t.final.Err), t.why(), t.fix(), details)
 	case t.problem != "":
 		msg = fmt.Sprintf("%s: %s [%s]", a.name, t.problem, details)
 	case v.Effects == 0:
@@ -28,7 +32,7 @@ func (t *trial[T]) judge(v *Verdict) {
 		msg = fmt.Sprintf("%s: effect ran 0 times, want 1: %s; give the kit a message the handler completes, and a "+
 			"WithEffects that counts what it does [%s]", a.name, why, details)
 	case v.Effects != 1:
-		msg = fmt.Sprintf("%s: effect ran %d times, want 1: %s; %s [%s]", a.name, v.Effects, t.why(), t.fix(), details)
+		msg = fmt.Sprintf("%s: effect ran %s, want 1: %s; %s [%s]", a.name, times(v.Effects), t.why(), t.fix(), details)
 	case t.final.Outcome != consumer.Duplicate || t.final.Err != nil:
 		msg = fmt.Sprintf("%s: the last delivery ended %v%s, want a DUPLICATE of the stored result: the key should have "+
 			"been completed by then%s [%s]", a.name, t.final.Outcome, errText(t.final.Err), t.handlerFailed(), details)
@@ -78,4 +82,12 @@ func errText(err error) string {
 		return fmt.Sprintf(" (the key failed for good: %v)", err)
 	}
 	return fmt.Sprintf(" (%v)", err)
+}
+
+// times is n times, in words: "1 time", "2 times".
+func times(n int) string {
+	if n == 1 {
+		return "1 time"
+	}
+	return fmt.Sprintf("%d times", n)
 }

@@ -90,7 +90,7 @@ func (v Verdict) String() string {
 	}
 	line := status + "  " + v.Scenario.String()
 	if v.Effects != 1 {
-		line += fmt.Sprintf(": effect ran %d times", v.Effects)
+		line += ": effect ran " + times(v.Effects)
 	}
 	return line
 }

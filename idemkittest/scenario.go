@@ -137,7 +137,7 @@ var abouts = [...]about{
 	},
 	AfterRetention: {
 		name: "redelivery after the retention", slug: "after-retention",
-		why: "the store keeps a record for its retention (%v) only: a delivery after that is new to it, and ran " +
+		why: "the store keeps a record for its retention (%v) only: a delivery after that is new to it, and runs " +
 			"the handler again",
 		fix: "keep the retention (consumer.WithRetention) longer than a message can come again (broker retention, " +
 			"replays), or record the completion with the effect (postgres.InTx keeps its completion row for " +
