@@ -178,6 +178,8 @@ func (k *Kit[T]) newEnv(s Scenario, run string) (*env, error) {
 	switch {
 	case e.s.Scope != scope:
 		return nil, fmt.Errorf("the store's scope is %q, not the %q the kit gave: make it with consumer.WithScope(scope)", e.s.Scope, scope)
+	case e.s.Locker != nil:
+		return nil, errors.New("the store has WithLock: the scenarios run handlers under their claims only (a lock is a guard of its own, with its own tests in package lock); give the test's store no WithLock")
 	case e.clock == nil && e.s.Lease > maxWait:
 		return nil, fmt.Errorf("the store's lease is %v: on a store whose clock the kit does not move, it waits leases out; give the store consumer.WithLease(time.Second) in the test (at most %v), or a memory store with the kit's clock (WithClock)", e.s.Lease, maxWait)
 	}

@@ -223,6 +223,9 @@ func TestBadInput(t *testing.T) {
 		{"scope ignored", []idemkittest.Option{effects, idemkittest.WithStore(func(string) (consumer.Store, error) {
 			return memory.NewStore(consumer.WithScope("payments"))
 		})}, msg, c.plain, nil, `the store's scope is "payments", not the "idemkittest-`},
+		{"lock", []idemkittest.Option{effects, idemkittest.WithStore(func(scope string) (consumer.Store, error) {
+			return memory.NewStore(consumer.WithScope(scope), consumer.WithLease(time.Second), consumer.WithLock(noLocker{}))
+		})}, msg, c.plain, nil, "the store has WithLock"},
 		{"long lease", []idemkittest.Option{effects, idemkittest.WithStore(func(scope string) (consumer.Store, error) {
 			return memory.NewStore(consumer.WithScope(scope))
 		})}, msg, c.plain, nil, "the store's lease is 30s: on a store whose clock the kit does not move, it waits leases out; give the store consumer.WithLease(time.Second)"},
@@ -258,4 +261,11 @@ func TestCancelledContext(t *testing.T) {
 	if !errors.Is(rep.Err, context.Canceled) || len(rep.Verdicts) != 0 || c.count() != 0 {
 		t.Fatalf("report %v, %d verdicts, %d effects; want context.Canceled and nothing run", rep.Err, len(rep.Verdicts), c.count())
 	}
+}
+
+// noLocker is a consumer.Locker that never gets its lock.
+type noLocker struct{}
+
+func (noLocker) TryAcquire(ctx context.Context, _ string) (context.Context, func(), bool, error) {
+	return ctx, func() {}, false, nil
 }

@@ -43,7 +43,8 @@ func WithReset(reset func()) Option { return optFunc(func(c *config) { c.reset =
 // shared server too, and a transactional completion (keyed by scope and key)
 // of one scenario is not found by the next.
 //
-// On a store whose clock the kit does not control, the scenarios that need a
+// A store with consumer.WithLock is refused: the scenarios run handlers under
+// their claims only. On a store whose clock the kit does not control, the scenarios that need a
 // lease to run out wait for it, polling the record, so give the store a short
 // lease (consumer.WithLease(time.Second)); New refuses a lease over 10s. The
 // redelivery after the retention runs only when the retention is 10s or less,
