@@ -22,6 +22,7 @@ const (
 	OpPeek                  // reads
 )
 
+// String is the method's name in lower case: "begin", "settle", ...
 func (o Op) String() string {
 	switch o {
 	case OpBegin:
@@ -58,6 +59,7 @@ const (
 	LoseReply
 )
 
+// String names the action: "fail", "delay", "lose reply".
 func (a FaultAction) String() string {
 	switch a {
 	case FailCall:

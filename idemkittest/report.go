@@ -105,6 +105,7 @@ type Delivery struct {
 	Note string
 }
 
+// String is the delivery in a few words: "SUCCESS fence 2 (redelivered after the lease)".
 func (d Delivery) String() string {
 	s := d.Outcome.String()
 	if d.Fence != 0 {
