@@ -63,6 +63,9 @@ func createCharge(w http.ResponseWriter, r *http.Request) {
 			return // the client left: nothing happened, the key is released
 		}
 	}
+	if r.Context().Err() != nil {
+		return // the claim was lost, or the client left: nothing happened
+	}
 	info, _ := consumer.InfoFromContext(r.Context())
 	id := "ch_" + strconv.FormatInt(seq.Add(1), 10)
 	// A real handler passes info.Fence to its database write (see package fence).

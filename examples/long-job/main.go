@@ -37,6 +37,9 @@ import (
 
 var reports = fence.Table{Name: "idemkit_example_reports"}
 
+// stepTime is how long each of a report's four steps of work takes.
+var stepTime = 500 * time.Millisecond
+
 // generate builds a report in steps, stopping as soon as its lock is lost, and
 // stores it in the row its key owns through the fence, so that a worker that lost
 // the job cannot overwrite the report of the worker that took it over.
@@ -47,7 +50,7 @@ func generate(db *sql.DB) func(ctx context.Context, key consumer.Key, month stri
 			select {
 			case <-ctx.Done():
 				return "", context.Cause(ctx)
-			case <-time.After(500 * time.Millisecond):
+			case <-time.After(stepTime):
 			}
 		}
 		body := fmt.Sprintf("revenue report for %s (fence %d)", month, f)

@@ -116,6 +116,31 @@ func pool(ctx context.Context, schema string) (*pgxpool.Pool, error) {
 	return pgxpool.NewWithConfig(ctx, cfg)
 }
 
+// charge writes the charge row of p in tx.
+func charge(ctx context.Context, tx pgx.Tx, p payment) (string, error) {
+	_, err := tx.Exec(ctx, `INSERT INTO charges (payment_id, amount) VALUES ($1, $2)`, p.ID, p.Amount)
+	return "ch_" + p.ID, err
+}
+
+// pay is the handler: the charge row and the key's completion commit in one
+// transaction (InTx), or, with plain, the row commits first and idemkit records
+// the completion afterwards, in Redis.
+func pay(ctx context.Context, db *pgxpool.Pool, p payment, plain bool) (string, error) {
+	if plain {
+		tx, err := db.Begin(ctx)
+		if err != nil {
+			return "", err
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		v, err := charge(ctx, tx, p)
+		if err != nil {
+			return "", err
+		}
+		return v, tx.Commit(ctx)
+	}
+	return postgres.InTx(ctx, db, func(ctx context.Context, tx pgx.Tx) (string, error) { return charge(ctx, tx, p) })
+}
+
 // member charges payments until SIGTERM.
 func member(brokers, redisAddr, schema string, plain bool) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
@@ -132,25 +157,7 @@ func member(brokers, redisAddr, schema string, plain bool) error {
 	if err != nil {
 		return err
 	}
-	charge := func(ctx context.Context, tx pgx.Tx, p payment) (string, error) {
-		_, err := tx.Exec(ctx, `INSERT INTO charges (payment_id, amount) VALUES ($1, $2)`, p.ID, p.Amount)
-		return "ch_" + p.ID, err
-	}
-	handler := func(ctx context.Context, p payment, _ *kgo.Record) (string, error) {
-		if plain { // the effect commits first; the completion is recorded afterwards, in Redis
-			tx, err := db.Begin(ctx)
-			if err != nil {
-				return "", err
-			}
-			defer func() { _ = tx.Rollback(ctx) }()
-			v, err := charge(ctx, tx, p)
-			if err != nil {
-				return "", err
-			}
-			return v, tx.Commit(ctx)
-		}
-		return postgres.InTx(ctx, db, func(ctx context.Context, tx pgx.Tx) (string, error) { return charge(ctx, tx, p) })
-	}
+	handler := func(ctx context.Context, p payment, _ *kgo.Record) (string, error) { return pay(ctx, db, p, plain) }
 	c, err := kafka.NewTyped(store, []kgo.Opt{kgo.SeedBrokers(strings.Split(brokers, ",")...), kgo.ConsumerGroup("billing"),
 		kgo.ConsumeTopics("payments"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.SessionTimeout(time.Second), kgo.HeartbeatInterval(200 * time.Millisecond)},

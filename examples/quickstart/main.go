@@ -54,6 +54,16 @@ func (l *ledger) charge(id string) {
 	l.charges[id]++
 }
 
+// handle is the handler: it charges the order once per run, unless its claim
+// was lost (another member runs it then).
+func (l *ledger) handle(ctx context.Context, o order) (string, error) {
+	if ctx.Err() != nil {
+		return "", context.Cause(ctx)
+	}
+	l.charge(o.ID)
+	return "ch_" + o.ID, nil
+}
+
 func (l *ledger) count() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -156,7 +166,7 @@ func run(n int, dupShare float64) error {
 				takenOver.Add(1)
 			}
 			if doom == nil {
-				book.charge(o.ID)
+				return book.handle(ctx, o)
 			}
 			return "ch_" + o.ID, nil
 		}

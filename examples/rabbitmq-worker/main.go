@@ -55,6 +55,9 @@ func (w *warehouse) fulfil(ctx context.Context, o Order) (Shipment, error) {
 	if o.SKU == "discontinued" {
 		return Shipment{}, consumer.Permanent(errOutOfStock) // goes to the dead-letter queue
 	}
+	if ctx.Err() != nil { // the claim was lost (or the worker is stopping): another owner runs it
+		return Shipment{}, context.Cause(ctx)
+	}
 	info, _ := consumer.InfoFromContext(ctx)
 	w.mu.Lock()
 	w.reserved[o.OrderID] += o.Qty

@@ -32,7 +32,7 @@ func (m *Store) ChangeRecord(ctx context.Context, c consumer.OperatorChange) (co
 	ret := m.s.Retention.Milliseconds()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	now := nowMillis()
+	now := m.nowMillis()
 	r := m.get(c.Key, now)
 	if r == nil {
 		return consumer.OperatorReply{Status: consumer.ChangeNotFound}, nil
@@ -96,7 +96,7 @@ func (m *Store) PeekRecords(ctx context.Context, scope string, keys []consumer.K
 		return nil, &consumer.StoreError{Op: "peek", Err: err}
 	}
 	if scope != m.s.Scope {
-		now := time.Now()
+		now := m.clock()
 		for i := range out {
 			out[i].Now = now
 		}
@@ -104,7 +104,7 @@ func (m *Store) PeekRecords(ctx context.Context, scope string, keys []consumer.K
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	now := nowMillis()
+	now := m.nowMillis()
 	for i, k := range keys {
 		out[i].Record, out[i].Notes = m.snapshot(k, now)
 	}
@@ -132,7 +132,7 @@ func (m *Store) ScanRecords(ctx context.Context, q consumer.ScanQuery) (consumer
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	now := nowMillis()
+	now := m.nowMillis()
 	keys := make([]consumer.Key, 0, len(m.records))
 	for k, r := range m.records {
 		if r.expires > now && (q.Cursor == "" || string(k) > q.Cursor[1:]) {

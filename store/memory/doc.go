@@ -6,4 +6,8 @@
 // with the process.
 //
 //	store, err := memory.NewStore(consumer.WithScope("payments"))
+//
+// Its clock is the local clock unless WithClock gives another: with a fake
+// clock, a test makes a lease run out or a record expire by moving the clock,
+// at no cost in wall time (package idemkittest runs its scenarios that way).
 package memory

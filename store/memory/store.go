@@ -11,10 +11,11 @@ import (
 // Store keeps records in this process's memory, with the same semantics as
 // the Redis store (it passes the same conformance suite, and a randomized differential
 // test compares the two answer by answer). Use it in unit tests and single-process
-// tools; it guards nothing across processes. Its clock is the local clock. It is
-// safe for concurrent use.
+// tools; it guards nothing across processes. Its clock is the local clock, or
+// the one WithClock gives. It is safe for concurrent use.
 type Store struct {
-	s consumer.Settings
+	s     consumer.Settings
+	clock func() time.Time // WithClock's, or time.Now
 
 	mu      sync.Mutex
 	records map[consumer.Key]*memRecord
@@ -49,7 +50,11 @@ func NewStore(opts ...consumer.Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{s: s, records: make(map[consumer.Key]*memRecord)}, nil
+	clock, err := clockOf(s)
+	if err != nil {
+		return nil, err
+	}
+	return &Store{s: s, clock: clock, records: make(map[consumer.Key]*memRecord)}, nil
 }
 
 // Settings returns the store's resolved options.
@@ -60,7 +65,8 @@ func (m *Store) Settings() consumer.Settings {
 	return m.s
 }
 
-func nowMillis() int64 { return time.Now().UnixMilli() }
+// nowMillis is the store's clock in milliseconds.
+func (m *Store) nowMillis() int64 { return m.clock().UnixMilli() }
 
 // get returns the live record at key, dropping it when its retention has run out.
 func (m *Store) get(key consumer.Key, now int64) *memRecord {
@@ -147,7 +153,7 @@ func (m *Store) Begin(ctx context.Context, claims []consumer.Claim) []consumer.C
 	lease, ret := m.s.Lease.Milliseconds(), m.s.Retention.Milliseconds()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	now := nowMillis()
+	now := m.nowMillis()
 	m.sweep(now)
 	for i, c := range claims {
 		r := m.get(c.Key, now)
@@ -226,7 +232,7 @@ func (m *Store) Settle(ctx context.Context, items []consumer.Settlement) []consu
 	ret := m.s.Retention.Milliseconds()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	now := nowMillis()
+	now := m.nowMillis()
 	for i, it := range items {
 		r := m.owns(it.Key, it.Owner, now)
 		if r == nil {
@@ -297,7 +303,7 @@ func (m *Store) owned(ctx context.Context, op string, items []consumer.Owned, ch
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	now := nowMillis()
+	now := m.nowMillis()
 	for i, it := range items {
 		r := m.owns(it.Key, it.Owner, now)
 		if r == nil {
@@ -325,7 +331,7 @@ func (m *Store) Peek(ctx context.Context, key consumer.Key) (consumer.Record, er
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	now := nowMillis()
+	now := m.nowMillis()
 	rec := consumer.Record{Key: key, Now: time.UnixMilli(now)}
 	r := m.get(key, now)
 	if r == nil {
