@@ -26,7 +26,7 @@ const (
 
 // LabelValues returns the vocabulary of the labels that observers make of events:
 // every value each label takes, by label name. The Prometheus plugin
-// (contrib/prometheus) and the OpenTelemetry plugin (contrib/otel) label every
+// (contrib/idemprom) and the OpenTelemetry plugin (contrib/idemotel) label every
 // metric, and the tracer every span, with these values and no others, so that one
 // thing is spelled one way everywhere:
 //

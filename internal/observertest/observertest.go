@@ -1,8 +1,8 @@
 // Package observertest drives an observer with every kind of event idemkit
 // reports, carrying every label value those events can take, and checks the
 // labels an observer made of them against the one vocabulary,
-// consumer.LabelValues. The tests of the metric and trace plugins (contrib/prometheus,
-// contrib/otel) share it, so that both are held to the same events and the same
+// consumer.LabelValues. The tests of the metric and trace plugins (contrib/idemprom,
+// contrib/idemotel) share it, so that both are held to the same events and the same
 // spelling.
 package observertest
 

@@ -15,7 +15,7 @@ import (
 )
 
 // instrumentation names the tracer and the meter.
-const instrumentation = "github.com/idemkit/idemkit/contrib/otel"
+const instrumentation = "github.com/idemkit/idemkit/contrib/idemotel"
 
 // Span attribute keys of idemkit's own.
 const (

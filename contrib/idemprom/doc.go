@@ -1,8 +1,7 @@
 // Package idemprom exports idemkit's executions as Prometheus metrics.
 //
-// Import it as
-//
-//	idemprom "github.com/idemkit/idemkit/contrib/prometheus"
+// Import it as "github.com/idemkit/idemkit/contrib/idemprom", a module of its own, so
+// that only who imports it gets its dependencies.
 //
 // New returns a *Metrics: an observer to install on a store with
 // consumer.WithObserver, and a prometheus.Collector to register on a registry.
@@ -56,7 +55,7 @@
 //
 // Label values are idemkit's one vocabulary, the table of [consumer.LabelValues],
 // spelled the same in every metric here, in the OpenTelemetry plugin
-// (contrib/otel) and in its spans:
+// (contrib/idemotel) and in its spans:
 //
 //   - scope: the store's scope (consumer.WithScope). WithScopeLabel(false) drops it
 //     from every metric.

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	idemotel "github.com/idemkit/idemkit/contrib/otel"
+	"github.com/idemkit/idemkit/contrib/idemotel"
 	"github.com/idemkit/idemkit/internal/observertest"
 	"go.opentelemetry.io/otel/codes"
 )

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	idemprom "github.com/idemkit/idemkit/contrib/prometheus"
+	"github.com/idemkit/idemkit/contrib/idemprom"
 	"github.com/idemkit/idemkit/internal/observertest"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )

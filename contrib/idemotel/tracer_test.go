@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/idemkit/idemkit/consumer"
-	idemotel "github.com/idemkit/idemkit/contrib/otel"
+	"github.com/idemkit/idemkit/contrib/idemotel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/baggage"
 	"go.opentelemetry.io/otel/codes"

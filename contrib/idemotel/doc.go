@@ -1,8 +1,7 @@
 // Package idemotel traces and measures idemkit's executions with OpenTelemetry.
 //
-// Import it as
-//
-//	idemotel "github.com/idemkit/idemkit/contrib/otel"
+// Import it as "github.com/idemkit/idemkit/contrib/idemotel", a module of its own, so
+// that only who imports it gets its dependencies.
 //
 // NewTracer returns a *Tracer and NewMeter a *Meter: observers to install on a
 // store with consumer.WithObserver. Every execution that uses the store reports to
@@ -87,7 +86,7 @@
 //
 // # Metrics
 //
-// The instruments mirror the Prometheus plugin (contrib/prometheus): the same
+// The instruments mirror the Prometheus plugin (contrib/idemprom): the same
 // names in OpenTelemetry's form, the same attribute names as its label names, so
 // that the same dashboards serve both:
 //
