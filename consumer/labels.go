@@ -3,6 +3,8 @@ package consumer
 import (
 	"context"
 	"strings"
+
+	"github.com/idemkit/idemkit/internal/observe"
 )
 
 // Sources: who ran an execution, as the events name it (OutcomeEvent.Source,
@@ -126,26 +128,14 @@ func KindLabel(kind string) string {
 	return labelUnknown
 }
 
-type sourceKey struct{}
-
-// ContextWithSource returns ctx naming source as who runs the executions made
-// with it: ExecuteIdempotently and ExecuteBatch report it in their events instead
-// of SourceExecute (a Pipeline reports its WithSource name whatever ctx says). The
-// HTTP middleware and replay use it. A handler's context does not carry it on:
-// an execution the handler starts with its own context is reported as
-// SourceExecute again.
-func ContextWithSource(ctx context.Context, source string) context.Context {
-	return context.WithValue(ctx, sourceKey{}, source)
-}
-
 // sourceOf is the source an event reports: the engine's, unless the engine's is
 // SourceExecute and ctx, the context the execution was made with, names another
-// with ContextWithSource.
+// (the HTTP middleware names itself so).
 func sourceOf(ctx context.Context, engine string) string {
 	if engine != SourceExecute || ctx == nil {
 		return engine
 	}
-	if s, _ := ctx.Value(sourceKey{}).(string); s != "" {
+	if s := observe.SourceOf(ctx); s != "" {
 		return s
 	}
 	return engine

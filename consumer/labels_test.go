@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/internal/observe"
 )
 
 // The table in LabelValues' doc comment is the vocabulary LabelValues returns.
@@ -132,12 +133,12 @@ func (e *events) OnClaim(c consumer.ClaimEvent) {
 	e.mu.Unlock()
 }
 
-// ContextWithSource names the source of the executions made with its context,
-// and not of those their handlers start.
-func TestContextWithSource(t *testing.T) {
+// A context that names its source (as the HTTP middleware's does) names the
+// source of the executions made with it, and not of those their handlers start.
+func TestContextSource(t *testing.T) {
 	obs := &events{}
 	s := must(consumer.NewMemoryStore(consumer.WithScope("api"), consumer.WithObserver(obs)))
-	ctx := consumer.ContextWithSource(context.Background(), consumer.SourceHTTP)
+	ctx := observe.WithSource(context.Background(), consumer.SourceHTTP)
 	r := consumer.ExecuteIdempotently(ctx, s, "outer", nil, func(hctx context.Context) (int, error) {
 		consumer.ExecuteIdempotently(hctx, s, "inner", nil, func(context.Context) (int, error) { return 2, nil })
 		return 1, nil

@@ -65,7 +65,7 @@
 // # The producer's trace
 //
 // Adapters put the delivered message's headers in the handler's context
-// (consumer.ContextWithCarrier). The tracer extracts the producer's trace context
+// (consumer.CarrierFromContext reads them). The tracer extracts the producer's trace context
 // from them with the propagator (default W3C trace context and baggage) and adds
 // it to the span as a link: a consumer's work is its own trace, linked to the
 // trace that produced the message, so one slow consumer does not stretch the
@@ -73,8 +73,8 @@
 // trace. WithProducerAsParent(true) makes it the span's parent instead. The
 // producer's baggage, if any, is put in the handler's context.
 //
-// Inject (called by adapters through consumer.InjectTrace for the dead-letter and
-// retry copies they produce) writes the trace context of the given context, that
+// Inject (consumer.TraceHook: adapters call it for the dead-letter copies they
+// produce) writes the trace context of the given context, that
 // of the execution's span when called with the handler's context, into the
 // copy's headers with the same propagator; called with a context without a span,
 // it writes the delivered message's own trace context, if its headers had one.

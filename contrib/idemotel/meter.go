@@ -314,8 +314,12 @@ func (m *Meter) OnDeadLetter(e consumer.DeadLetterEvent) {
 	}
 }
 
-// OnCommit counts a committed offset and keeps its partition's lag when known.
+// OnCommit counts a committed offset and keeps its partition's lag when known;
+// a failed commit counts for neither.
 func (m *Meter) OnCommit(e consumer.CommitEvent) {
+	if e.Err != nil {
+		return
+	}
 	m.sCommit.Get(sourceDest{e.Source, e.Topic}).n.Add(1)
 	if e.Lag >= 0 {
 		m.lag.set(e.Topic, e.Partition, e.Lag)

@@ -256,7 +256,7 @@ func outcomeAttributes(attrs []attribute.KeyValue, e consumer.OutcomeEvent) []at
 }
 
 // Inject writes the trace context of ctx into a produced copy's headers through
-// set (consumer.TraceHook; adapters call it through consumer.InjectTrace). Given
+// set (consumer.TraceHook; adapters call it for the copies they produce). Given
 // the handler's context it writes the execution's span; given a context without a
 // span, the delivered message's own trace context when its headers have one.
 func (t *Tracer) Inject(ctx context.Context, set func(key, value string)) {

@@ -2,10 +2,10 @@ package idemprom
 
 import (
 	"fmt"
-	"github.com/idemkit/idemkit/internal/telemetry"
 	"time"
 
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/internal/telemetry"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -253,8 +253,12 @@ func (m *Metrics) OnDeadLetter(e consumer.DeadLetterEvent) {
 	}
 }
 
-// OnCommit counts a committed offset and sets its partition's lag when known.
+// OnCommit counts a committed offset and sets its partition's lag when known; a
+// failed commit counts for neither.
 func (m *Metrics) OnCommit(e consumer.CommitEvent) {
+	if e.Err != nil {
+		return
+	}
 	m.sCommit.Get(sourceScope{e.Source, e.Topic}).Inc()
 	if e.Lag >= 0 {
 		m.lag.set(e.Topic, e.Partition, e.Lag)

@@ -88,7 +88,8 @@ func newCharger(ctx context.Context, point, storeKind, redisAddr, prefix, schema
 	if c.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
 		return nil, err
 	}
-	opts := []consumer.Option{consumer.WithPrefix(prefix), consumer.WithScope("payments"), consumer.WithLease(time.Second)}
+	opts := []consumer.Option{consumer.WithPrefix(prefix), consumer.WithScope("payments"), consumer.WithLease(time.Second),
+		consumer.WithObserver(c)}
 	switch storeKind {
 	case "postgres":
 		c.store, err = NewStore(c.pool, opts...)
@@ -130,10 +131,12 @@ func (c *charger) charge(ctx context.Context, p payment) (string, error) {
 	return v, err
 }
 
-// completed is told of every outcome, after the store recorded it and before the
-// broker is told (offset commit, ack).
-func (c *charger) completed(o consumer.Outcome) {
-	if o == consumer.Success && c.hit(crashAfterComplete) {
+// OnOutcome is told of every outcome (the charger observes its store), after the
+// store recorded it and before the broker is told (offset commit, ack): at
+// crashAfterComplete the member dies once a record is completed in the store,
+// before its offset is committed or its delivery acked.
+func (c *charger) OnOutcome(e consumer.OutcomeEvent) {
+	if e.Outcome == consumer.Success && c.hit(crashAfterComplete) {
 		die()
 	}
 }
@@ -152,8 +155,7 @@ func runPaymentsMember(ctx context.Context, point, storeKind, brokers, redisAddr
 		func(rec *kgo.Record) (payment, error) {
 			var p payment
 			return p, json.Unmarshal(rec.Value, &p)
-		}, func(ctx context.Context, p payment, _ *kgo.Record) (string, error) { return ch.charge(ctx, p) },
-		kafka.WithHooks(afterComplete{ch}))
+		}, func(ctx context.Context, p payment, _ *kgo.Record) (string, error) { return ch.charge(ctx, p) })
 	if err != nil {
 		return err
 	}
@@ -161,12 +163,6 @@ func runPaymentsMember(ctx context.Context, point, storeKind, brokers, redisAddr
 	defer stop()
 	return c.Run(ctx)
 }
-
-// afterComplete kills the member once a record is completed in the store, before
-// its offset is committed.
-type afterComplete struct{ c *charger }
-
-func (a afterComplete) OnOutcome(_ *kgo.Record, o consumer.Outcome) { a.c.completed(o) }
 
 // The crash-point matrix through the Kafka adapter: 1,000 payments (a fifth
 // published twice) charged by a member process that is SIGKILLed at one of four
