@@ -118,19 +118,18 @@
 //
 // # Labels
 //
-// Attribute values are idemkit's one vocabulary, the table of
-// [consumer.LabelValues], spelled the same in every instrument, in the spans and
-// in the Prometheus plugin:
+// Attribute values are idemkit's one vocabulary, spelled the same in every
+// instrument, in the spans and in the Prometheus plugin (contrib/idemprom):
 //
 //   - scope: the store's scope. WithScopeAttribute(false) drops it.
 //   - source: execute (ExecuteIdempotently, ExecuteBatch), pipeline (or a
 //     Pipeline's WithSource name), kafka, amqp, http, replay.
-//   - outcome: success, duplicate, in_progress, error (consumer.OutcomeLabel).
-//   - action: what the entry point does with the message (consumer.ActionLabel):
+//   - outcome: success, duplicate, in_progress, error.
+//   - action: what the entry point does with the message (consumer.ActionFor):
 //     settle, wait, retry, dead_letter, or reject where the source has no
 //     dead-letter destination (http answers a final error such as 422; replay
 //     leaves the message failed).
-//   - kind: the error's kind (consumer.KindLabel): permanent, conflict, exhausted,
+//   - kind: the error's kind (consumer.ErrorKind): permanent, conflict, exhausted,
 //     lease_lost, store_unavailable, corrupt, undecodable, invalid_key, no_key,
 //     not_run, abandoned, interrupted, panic, config, handler; none without an error; unknown
 //     for anything else. Dead letters' upper-case kinds (PERMANENT, NO_KEY, ...)

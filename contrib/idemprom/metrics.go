@@ -126,8 +126,8 @@ func New(opts ...Opt) (*Metrics, error) {
 	m.records = newRecords(&c, m.lbl)
 
 	m.sOutcome = telemetry.NewSeries(func(k outcomeKey) prometheus.Counter {
-		return m.outcomes.With(m.lbl.labels("scope", k.scope, "source", k.source, "outcome", consumer.OutcomeLabel(k.outcome),
-			"action", consumer.ActionLabel(k.source, k.action), "kind", k.kind))
+		return m.outcomes.With(m.lbl.labels("scope", k.scope, "source", k.source, "outcome", telemetry.OutcomeLabel(k.outcome),
+			"action", telemetry.ActionLabel(k.source, k.action), "kind", k.kind))
 	})
 	m.sHandler = telemetry.NewSeries(func(k scopeKind) prometheus.Observer {
 		return m.handler.With(m.lbl.labels("scope", k.scope, "kind", k.kind))
@@ -315,5 +315,5 @@ func (l labeler) kind(k string) string {
 	if !l.keepKind {
 		return ""
 	}
-	return consumer.KindLabel(k)
+	return telemetry.KindLabel(k)
 }

@@ -11,7 +11,7 @@ import (
 )
 
 // Every label value of every metric, after every kind of event, is one of the
-// vocabulary's (consumer.LabelValues): one spelling of each source, outcome,
+// vocabulary's (telemetry.LabelValues): one spelling of each source, outcome,
 // action, kind, answer, op and state across all metrics.
 func TestEveryLabelIsInTheVocabulary(t *testing.T) {
 	states := idemprom.StateCounterFunc(func(context.Context) (map[string]int64, bool, error) {

@@ -1,7 +1,7 @@
 // Package observertest drives an observer with every kind of event idemkit
 // reports, carrying every label value those events can take, and checks the
 // labels an observer made of them against the one vocabulary,
-// consumer.LabelValues. The tests of the metric and trace plugins
+// telemetry.LabelValues. The tests of the metric and trace plugins
 // (contrib/idemprom, contrib/idemotel) share it, so that both are held to the same
 // events and the same spelling.
 package observertest
@@ -19,6 +19,7 @@ import (
 
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/internal/observe"
+	"github.com/idemkit/idemkit/internal/telemetry"
 )
 
 // Scope is the scope of every store EveryEvent uses.
@@ -262,7 +263,7 @@ func (u *unreachable) Begin(_ context.Context, claims []consumer.Claim) []consum
 	return out
 }
 
-// Labels checks the labels of an observer's series against consumer.LabelValues
+// Labels checks the labels of an observer's series against telemetry.LabelValues
 // and remembers which values it saw.
 type Labels struct {
 	t     testing.TB
@@ -272,7 +273,7 @@ type Labels struct {
 
 // NewLabels returns a Labels that fails t.
 func NewLabels(t testing.TB) *Labels {
-	return &Labels{t: t, vocab: consumer.LabelValues(), seen: map[string]map[string]bool{}}
+	return &Labels{t: t, vocab: telemetry.LabelValues(), seen: map[string]map[string]bool{}}
 }
 
 // Check fails the test for every label of one series (named by where) that the

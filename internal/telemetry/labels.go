@@ -1,22 +1,17 @@
-package consumer
+package telemetry
 
 import (
-	"context"
+	"slices"
 	"strings"
 
-	"github.com/idemkit/idemkit/internal/observe"
+	"github.com/idemkit/idemkit/consumer"
 )
 
-// Sources: who ran an execution, as the events name it (OutcomeEvent.Source,
-// HandlerEvent.Source and the adapters' events).
-const (
-	SourceExecute  = "execute"  // ExecuteIdempotently and ExecuteBatch called directly
-	SourcePipeline = "pipeline" // a Pipeline without WithSource
-	SourceKafka    = "kafka"    // the Kafka adapter
-	SourceAMQP     = "amqp"     // the RabbitMQ adapter
-	SourceHTTP     = "http"     // the HTTP middleware
-	SourceReplay   = "replay"   // replay and redrive
-)
+// kinds are the error kinds, in the vocabulary's order.
+var kinds = []string{consumer.KindPermanent, consumer.KindConflict, consumer.KindExhausted, consumer.KindLeaseLost,
+	consumer.KindStoreUnavailable, consumer.KindCorrupt, consumer.KindUndecodable, consumer.KindInvalidKey, consumer.KindNoKey,
+	consumer.KindNotRun, consumer.KindAbandoned, consumer.KindInterrupted, consumer.KindPanic, consumer.KindConfig,
+	consumer.KindHandler}
 
 // Label values that are not names of their own elsewhere.
 const (
@@ -46,20 +41,20 @@ const (
 //
 // What they mean:
 //
-//   - source: who ran the execution (the Source constants); a Pipeline made
-//     with WithSource reports that name instead of "pipeline".
+//   - source: who ran the execution (the consumer.Source constants); a Pipeline
+//     made with WithSource reports that name instead of "pipeline".
 //   - outcome: the execution's Outcome (OutcomeLabel).
 //   - action: what the entry point does with the message (ActionLabel): the
-//     Action that ActionFor gives, except that an entry point with no
+//     Action that consumer.ActionFor gives, except that an entry point with no
 //     dead-letter destination rejects what a broker adapter would dead-letter:
 //     the HTTP middleware answers with a final error (422 for a reused key, 500
 //     for a key that failed for good) and replay leaves the message failed in
 //     its source.
-//   - kind: the error's kind (ErrorKind, or the upper-case DeadLetterKind the
-//     dead-letter events carry, in lower case: KindLabel); none without an error,
-//     unknown for a value outside the list. no_key is the adapters' own, for a
-//     message that carries no key.
-//   - answer: what a claim found (ClaimEvent's counts): claimed (the caller now
+//   - kind: the error's kind (consumer.ErrorKind, or the upper-case
+//     DeadLetterKind the dead-letter events carry, in lower case: KindLabel);
+//     none without an error, unknown for a value outside the list. no_key is the
+//     adapters' own, for a message that carries no key.
+//   - answer: what a claim found (consumer.ClaimEvent's counts): claimed (the caller now
 //     runs the handler; TakenOver counts those that took a crashed or stalled
 //     owner's claim over), duplicate (the key is done, or failed for good),
 //     in_progress (another owner holds a live claim), conflict (another payload),
@@ -68,28 +63,27 @@ const (
 //   - state: a record's state, as record counts report it.
 func LabelValues() map[string][]string {
 	return map[string][]string{
-		"source":  {SourceExecute, SourcePipeline, SourceKafka, SourceAMQP, SourceHTTP, SourceReplay},
+		"source": {consumer.SourceExecute, consumer.SourcePipeline, consumer.SourceKafka, consumer.SourceAMQP,
+			consumer.SourceHTTP, consumer.SourceReplay},
 		"outcome": {"success", "duplicate", "in_progress", "error"},
 		"action":  {"settle", "wait", "retry", labelDeadLetter, labelReject},
-		"kind": {labelNone, KindPermanent, KindConflict, KindExhausted, KindLeaseLost, KindStoreUnavailable,
-			KindCorrupt, KindUndecodable, KindInvalidKey, KindNoKey, KindNotRun, KindAbandoned, KindInterrupted, KindPanic,
-			KindConfig, KindHandler, labelUnknown},
-		"answer": {"claimed", "duplicate", "in_progress", "conflict", "error"},
-		"op":     {"claim", "settle", "renew"},
-		"state":  {"started", "completed", "failed", "retry"},
+		"kind":    append(append([]string{labelNone}, kinds...), labelUnknown),
+		"answer":  {"claimed", "duplicate", "in_progress", "conflict", "error"},
+		"op":      {"claim", "settle", "renew"},
+		"state":   {"started", "completed", "failed", "retry"},
 	}
 }
 
 // OutcomeLabel is o's label value: success, duplicate, in_progress or error.
-func OutcomeLabel(o Outcome) string {
+func OutcomeLabel(o consumer.Outcome) string {
 	switch o {
-	case Success:
+	case consumer.Success:
 		return "success"
-	case Duplicate:
+	case consumer.Duplicate:
 		return "duplicate"
-	case InProgress:
+	case consumer.InProgress:
 		return "in_progress"
-	case Error:
+	case consumer.Error:
 		return "error"
 	}
 	return strings.ToLower(o.String())
@@ -97,13 +91,14 @@ func OutcomeLabel(o Outcome) string {
 
 // ActionLabel is the label value of what source does with a message whose action
 // is a: settle, wait, retry, dead_letter, or reject where source has no
-// dead-letter destination (SourceHTTP, SourceReplay) and a is DeadLetter.
-func ActionLabel(source string, a Action) string {
+// dead-letter destination (consumer.SourceHTTP, consumer.SourceReplay) and a is
+// consumer.DeadLetter.
+func ActionLabel(source string, a consumer.Action) string {
 	switch a {
-	case Settle, Wait, Retry:
+	case consumer.Settle, consumer.Wait, consumer.Retry:
 		return a.String()
-	case DeadLetter:
-		if source == SourceHTTP || source == SourceReplay {
+	case consumer.DeadLetter:
+		if source == consumer.SourceHTTP || source == consumer.SourceReplay {
 			return labelReject
 		}
 		return labelDeadLetter
@@ -112,31 +107,15 @@ func ActionLabel(source string, a Action) string {
 }
 
 // KindLabel is an error kind's label value: the kind in lower case (so that an
-// upper-case DeadLetterKind reads as the ErrorKind it came from), none for "" (no
+// upper-case consumer.DeadLetterKind reads as the ErrorKind it came from), none for "" (no
 // error), and unknown for anything outside the vocabulary, so that the label's
 // values stay few.
 func KindLabel(kind string) string {
 	if kind == "" {
 		return labelNone
 	}
-	k := strings.ToLower(kind)
-	switch k {
-	case KindPermanent, KindConflict, KindExhausted, KindLeaseLost, KindStoreUnavailable, KindCorrupt,
-		KindUndecodable, KindInvalidKey, KindNoKey, KindNotRun, KindAbandoned, KindInterrupted, KindPanic, KindConfig, KindHandler:
+	if k := strings.ToLower(kind); slices.Contains(kinds, k) {
 		return k
 	}
 	return labelUnknown
-}
-
-// sourceOf is the source an event reports: the engine's, unless the engine's is
-// SourceExecute and ctx, the context the execution was made with, names another
-// (the HTTP middleware names itself so).
-func sourceOf(ctx context.Context, engine string) string {
-	if engine != SourceExecute || ctx == nil {
-		return engine
-	}
-	if s := observe.SourceOf(ctx); s != "" {
-		return s
-	}
-	return engine
 }
