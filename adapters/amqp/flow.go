@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/internal/deadletter"
 	"github.com/idemkit/idemkit/internal/engine"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 )
@@ -214,7 +215,7 @@ func (f *flow[V, T]) deadLetter(ctx context.Context, d amqp091.Delivery, key con
 	w := f.w
 	text := "unknown"
 	if reason != nil {
-		text = consumer.CapText(reason.Error(), MaxErrorHeader)
+		text = deadletter.CapText(reason.Error(), MaxErrorHeader)
 	}
 	extra := amqp091.Table{
 		HeaderAttempts: int32(attempts), HeaderReason: text, HeaderOutcome: o.String(), HeaderKind: kind,
@@ -229,7 +230,7 @@ func (f *flow[V, T]) deadLetter(ctx context.Context, d amqp091.Delivery, key con
 		return
 	}
 	w.log.Warn("amqp: delivery dead-lettered", "queue", w.topo.Queue, "key", string(key), "kind", kind,
-		"body_less", bodyLess, "reason", consumer.CapText(text, 256))
+		"body_less", bodyLess, "reason", deadletter.CapText(text, 256))
 	w.reportDeadLetter(consumer.DeadLetterEvent{Key: key, Origin: w.origin(d), Kind: kind, Err: reason,
 		Destination: w.topo.DeadLetterQueue, BodyLess: bodyLess})
 	f.ack(d)

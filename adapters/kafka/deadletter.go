@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/internal/deadletter"
 	"github.com/idemkit/idemkit/internal/retry"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -21,7 +22,7 @@ func (c *Consumer[V, T]) deadLetter(r *record[V], kind string, attempts int, o c
 	topic := c.cfg.deadLetter(r.rec.Topic)
 	text := "unknown"
 	if reason != nil {
-		text = consumer.CapText(reason.Error(), MaxErrorHeader)
+		text = deadletter.CapText(reason.Error(), MaxErrorHeader)
 	}
 	for try := 1; ; try++ {
 		bodyLess := false
@@ -30,11 +31,11 @@ func (c *Consumer[V, T]) deadLetter(r *record[V], kind string, attempts int, o c
 			c.log.Warn("kafka: the dead-letter copy is too large for the broker; a body-less copy goes instead",
 				"topic", r.rec.Topic, "partition", r.rec.Partition, "offset", r.rec.Offset, "dlq", topic, "err", err)
 			bodyLess = true
-			err = c.produce(c.deadLetterCopy(r, topic, kind, attempts, o, consumer.CapText(text, 1<<10), true))
+			err = c.produce(c.deadLetterCopy(r, topic, kind, attempts, o, deadletter.CapText(text, 1<<10), true))
 		}
 		if err == nil {
 			c.log.Warn("kafka: record dead-lettered", "topic", r.rec.Topic, "partition", r.rec.Partition,
-				"offset", r.rec.Offset, "dlq", topic, "kind", kind, "body_less", bodyLess, "reason", consumer.CapText(text, 256))
+				"offset", r.rec.Offset, "dlq", topic, "kind", kind, "body_less", bodyLess, "reason", deadletter.CapText(text, 256))
 			c.reportDeadLetter(consumer.DeadLetterEvent{Key: r.key, Origin: origin(r.rec), Kind: kind, Err: reason,
 				Destination: topic, BodyLess: bodyLess})
 			c.finish(r, true)
