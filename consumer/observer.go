@@ -72,7 +72,7 @@ type PauseHook interface {
 }
 
 // TraceHook lets a tracer wrap every handler run and carry trace context onto the
-// messages an adapter produces (dead-letter and retry copies). StartHandler is
+// messages an adapter produces (the Kafka adapter's dead-letter copies). StartHandler is
 // called before the handler with its context, which holds the message's Carrier
 // when an adapter fed it (the producer's trace context is in its headers:
 // CarrierFromContext); the context it returns is the handler's, and end is called
