@@ -3,6 +3,8 @@ package consumer
 import (
 	"context"
 	"sync/atomic"
+
+	"github.com/idemkit/idemkit/internal/observe"
 )
 
 // Info describes the attempt a handler runs in.
@@ -46,15 +48,15 @@ type itemCtx struct {
 type attemptKey struct{}
 
 // Value answers the attempt's Info, and asks the parent for anything else but
-// the source it was claimed under (ContextWithSource), which is the execution's,
-// not that of the executions the handler starts.
+// the source it was claimed under (an entry point's name for itself), which is the
+// execution's, not that of the executions the handler starts.
 func (c *itemCtx) Value(key any) any {
 	switch key.(type) {
 	case infoKey:
 		return &c.info
 	case attemptKey:
 		return c
-	case sourceKey:
+	case observe.SourceKey:
 		return nil
 	}
 	return c.Context.Value(key)

@@ -1,8 +1,6 @@
 package consumer
 
-import (
-	"strings"
-)
+import "strings"
 
 // DeadLetterKind is the machine-readable reason adapters write into a dead-letter
 // copy's headers: ErrorKind in upper case (PERMANENT, CONFLICT, EXHAUSTED,

@@ -4,16 +4,21 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/idemkit/idemkit/internal/observe"
 )
 
-// Observer watches executions, for metrics and tracing. An observer implements any
-// of the hook interfaces below (ClaimHook, HandlerHook, LeaseHook, SettleHook,
-// OutcomeHook, and the adapters' RetryHook, DeadLetterHook, CommitHook, AckHook);
-// adding a hook interface later never breaks an observer. Hooks are called
-// synchronously on the paths they watch: keep them fast, and never block. Events
-// are structs so that fields can be added. Install observers with WithObserver; the
-// core, the broker adapters, the HTTP middleware and replay all report to the
-// observers of the store they use.
+// Observer watches executions, for metrics and tracing: the one registry of
+// idemkit's events. An observer implements any of the hook interfaces below; the
+// core reports to ClaimHook, HandlerHook, LeaseHook, SettleHook, OutcomeHook and
+// TraceHook, the broker adapters also to RetryHook, DeadLetterHook, CommitHook,
+// AckHook and PauseHook. Adding a hook interface later never breaks an observer.
+// Hooks are called synchronously on the paths they watch: keep them fast, and never
+// block. Events are structs so that fields can be added; what an adapter knows of
+// a message (its Kafka coordinates, its RabbitMQ queue and delivery tag) travels in
+// their Origin. Install observers with WithObserver; the core, the broker adapters,
+// the HTTP middleware and replay all report to the observers of the store they
+// use.
 type Observer any
 
 // ClaimHook is told of every claim call: how many messages it carried and what
@@ -35,159 +40,78 @@ type LeaseHook interface {
 // SettleHook is told of every settle call: how many messages and how long.
 type SettleHook interface{ OnSettle(SettleEvent) }
 
-// OutcomeHook is told the outcome of every message, once.
+// OutcomeHook is told the outcome of every execution, once: for a broker adapter,
+// of every delivery it ran (Kafka's in-place retries each run again: a record's
+// final outcome is the one whose Action is Settle, or its DeadLetterEvent).
 type OutcomeHook interface{ OnOutcome(OutcomeEvent) }
 
-// RetryHook is told of every retry an adapter schedules.
+// RetryHook is told of every retry an adapter schedules: the Kafka adapter's
+// retries in place of a handler's failure; every copy the RabbitMQ worker sends to
+// a delayed-retry queue (a handler's failure, a key in progress elsewhere, a store
+// outage), once the broker confirmed it.
 type RetryHook interface{ OnRetry(RetryEvent) }
 
 // DeadLetterHook is told of every dead-letter copy the broker confirmed.
 type DeadLetterHook interface{ OnDeadLetter(DeadLetterEvent) }
 
-// CommitHook is told of every offset an adapter committed, with the lag then.
+// CommitHook is told of every offset an adapter committed, with the lag then, and
+// of every commit that failed (CommitEvent.Err).
 type CommitHook interface{ OnCommit(CommitEvent) }
 
 // AckHook is told of every acknowledgement an adapter sent.
 type AckHook interface{ OnAck(AckEvent) }
 
+// PauseHook is told when an adapter stops taking messages from a source, and when
+// it takes them again: a Kafka topic whose dead-letter topic cannot be used is
+// paused (PauseEvent.Err says why; it is a *kafka.DeadLetterTopicError) until it
+// can; a RabbitMQ worker pauses for every session lost or refused (Err is what
+// ended it) before it reconnects, and resumes once it consumes again.
+type PauseHook interface {
+	OnPause(PauseEvent)
+	OnResume(PauseEvent)
+}
+
 // TraceHook lets a tracer wrap every handler run and carry trace context onto the
-// messages an adapter produces (dead-letter and retry copies). StartHandler is
+// messages an adapter produces (the Kafka adapter's dead-letter copies). StartHandler is
 // called before the handler with its context, which holds the message's Carrier
-// when an adapter fed it (the producer's trace context is in its headers); the
-// context it returns is the handler's, and end is called with the finished event.
-// Inject writes the context's trace into headers through set.
+// when an adapter fed it (the producer's trace context is in its headers:
+// CarrierFromContext); the context it returns is the handler's, and end is called
+// with the finished event. Inject writes the context's trace into headers through
+// set: adapters call it with the handler's context, or with a context that holds
+// only the delivered message's Carrier.
 type TraceHook interface {
 	StartHandler(ctx context.Context, e HandlerEvent) (_ context.Context, end func(HandlerEvent))
 	Inject(ctx context.Context, set func(key, value string))
 }
 
-// Carrier gives read access to a message's headers, for tracers: adapters put the
-// delivered message's headers in the handler's context (ContextWithCarrier).
+// Carrier gives read access to a message's headers, for tracers: the broker
+// adapters put the delivered message's headers in the context of its execution,
+// and a loop of your own over another broker can with ContextWithCarrier.
 type Carrier interface {
 	Get(key string) string
 	Keys() []string
 }
 
-type carrierKey struct{}
-
-// ContextWithCarrier returns ctx holding c (adapters use it for every message).
+// ContextWithCarrier returns ctx holding c, the headers of the message the
+// executions made with ctx run for: tracers read the producer's trace context
+// from them (CarrierFromContext, OutcomeEvent.Carrier). The broker adapters do it
+// for every message; call it when you feed ExecuteIdempotently or a Pipeline from
+// a broker idemkit has no adapter for.
 func ContextWithCarrier(ctx context.Context, c Carrier) context.Context {
-	return context.WithValue(ctx, carrierKey{}, c)
+	m := &observe.Message{Headers: c}
+	if old := observe.MessageOf(ctx); old != nil {
+		m.Origin = old.Origin
+	}
+	return observe.WithMessage(ctx, m)
 }
 
 // CarrierFromContext returns the headers of the message being handled, if an
 // adapter put them there.
 func CarrierFromContext(ctx context.Context) (Carrier, bool) {
-	c, ok := ctx.Value(carrierKey{}).(Carrier)
-	return c, ok
-}
-
-// InjectTrace writes the trace context of ctx into headers through set, with every
-// TraceHook of s: adapters call it on the copies they produce.
-func InjectTrace(ctx context.Context, s Settings, set func(key, value string)) {
-	Observe(s, func(h TraceHook) { h.Inject(ctx, set) })
-}
-
-// ClaimEvent describes one claim call. Its counts are those of the answer label
-// (see LabelValues).
-type ClaimEvent struct {
-	Scope                                      string
-	Messages                                   int
-	Claimed, Duplicates, InProgress, Conflicts int
-	Errors                                     int // answered with an error (store unreachable, corrupt record, exhausted)
-	// TakenOver counts the claims, among Claimed, that took a started record over:
-	// its owner's lease had run out (the owner crashed or stalled) or, under
-	// WithLock, its lock holder was gone (StatusTakenOver).
-	TakenOver int
-	Latency   time.Duration
-}
-
-// HandlerEvent describes a handler's run. Duration, Err and Kind are set at its end.
-type HandlerEvent struct {
-	Source   string // as in OutcomeEvent
-	Scope    string
-	Key      Key
-	Attempt  int
-	Fence    int64
-	Duration time.Duration
-	Err      error
-	// Kind is ErrorKind(Err), or "" when the handler failed in nothing: it
-	// returned nil, or ErrAlreadyApplied (it found its effect applied by an earlier
-	// attempt, and the execution ends DUPLICATE).
-	Kind string
-}
-
-// LeaseEvent describes a renewal call (Messages) or one lost lease (Key, Fence, Reason).
-type LeaseEvent struct {
-	Scope    string
-	Messages int
-	Key      Key
-	Fence    int64
-	Reason   string
-	Latency  time.Duration
-}
-
-// SettleEvent describes one settle call.
-type SettleEvent struct {
-	Scope    string
-	Messages int
-	Latency  time.Duration
-}
-
-// OutcomeEvent describes a message's outcome.
-type OutcomeEvent struct {
-	Source   string // who ran the execution: a Source constant, or a Pipeline's WithSource name
-	Scope    string
-	Key      Key
-	Outcome  Outcome
-	Action   Action
-	Kind     string // ErrorKind of the result's error, "" without one
-	Attempt  int
-	Fence    int64
-	Duration time.Duration // from the claim call to the settlement
-	// Carrier holds the message's headers when an adapter put them in the context
-	// the message was executed with (ContextWithCarrier), so that a tracer can link
-	// an execution that ran no handler (a duplicate) to its producer; nil otherwise.
-	Carrier Carrier
-}
-
-// RetryEvent describes a retry an adapter scheduled.
-type RetryEvent struct {
-	Source  string
-	Scope   string
-	Key     Key
-	Attempt int // the delivery that failed, from 1
-	Delay   time.Duration
-	Kind    string
-	Err     error
-}
-
-// DeadLetterEvent describes a confirmed dead-letter copy.
-type DeadLetterEvent struct {
-	Source      string
-	Scope       string
-	Key         Key
-	Kind        string // DeadLetterKind
-	Destination string // topic or queue
-	BodyLess    bool   // the broker refused the full copy: the body was left out
-}
-
-// CommitEvent describes a committed offset.
-type CommitEvent struct {
-	Source    string
-	Scope     string // the store's scope (for Kafka, the consumer group's)
-	Topic     string
-	Partition int32
-	Offset    int64
-	Lag       int64 // the partition's high watermark minus Offset when known, else -1
-}
-
-// AckEvent describes an acknowledgement.
-type AckEvent struct {
-	Source   string
-	Scope    string
-	Queue    string
-	Messages int // how many deliveries it settled (a multiple-ack settles many)
+	if m := observe.MessageOf(ctx); m != nil && m.Headers != nil {
+		return m.Headers, true
+	}
+	return nil, false
 }
 
 // WithObserver adds observers to the store (see Observer). Default none.
@@ -199,16 +123,6 @@ func WithObserver(obs ...Observer) Option {
 			}
 		}
 	})
-}
-
-// Observe calls fn for every observer of s that implements H. Adapters report
-// their own events with it.
-func Observe[H any](s Settings, fn func(H)) {
-	for _, o := range s.Observers {
-		if h, ok := o.(H); ok {
-			fn(h)
-		}
-	}
 }
 
 // Error kinds, as ErrorKind names them: stable strings for metric labels and
@@ -354,12 +268,17 @@ func reportClaim(s Settings, reps []ClaimReply, took time.Duration) {
 }
 
 // reportOutcome tells the observers of one message's outcome.
-// ctx is the context the message was executed with (for its Carrier).
+// ctx is the context the message was executed with (for its origin and Carrier).
 func reportOutcome[T any](ctx context.Context, s Settings, source string, r *Result[T], took time.Duration) {
 	e := OutcomeEvent{Source: sourceOf(ctx, source), Scope: s.Scope, Key: r.Key, Outcome: r.Outcome, Action: r.Action(),
 		Kind: ErrorKind(r.Err), Attempt: r.Attempt, Fence: r.Fence, Duration: took}
 	if ctx != nil {
-		e.Carrier, _ = CarrierFromContext(ctx)
+		if m := observe.MessageOf(ctx); m != nil {
+			e.Origin = originOf(m)
+			if m.Headers != nil {
+				e.Carrier = m.Headers
+			}
+		}
 	}
 	for _, h := range s.hooked().outcome {
 		h.OnOutcome(e)
@@ -375,7 +294,8 @@ func startHandler(ctx context.Context, s Settings, source string, info *Info) (c
 	if ic, ok := ctx.(*itemCtx); ok {
 		made = ic.Context
 	}
-	e := HandlerEvent{Source: sourceOf(made, source), Scope: s.Scope, Key: info.Key, Attempt: info.Attempt, Fence: info.Fence}
+	e := HandlerEvent{Source: sourceOf(made, source), Scope: s.Scope, Key: info.Key, Attempt: info.Attempt, Fence: info.Fence,
+		Origin: originOf(observe.MessageOf(made))}
 	for _, h := range hk.handler {
 		h.OnHandlerStart(e)
 	}

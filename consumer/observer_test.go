@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/internal/observe"
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/store/memory"
 )
@@ -194,11 +195,15 @@ func (h headers) Keys() []string {
 
 // A TraceHook wraps the handler's context, sees the message's carrier, and can
 // inject into produced copies; the handler's context still carries its Info and
-// still accepts MarkCompleted.
+// still accepts MarkCompleted. The message's origin, as an adapter gave it, is on
+// the handler's and the outcome's events.
 func TestTraceHookWrapsHandlers(t *testing.T) {
 	tr := &tracer{}
-	s := must(memory.NewStore(consumer.WithObserver(tr)))
-	ctx := consumer.ContextWithCarrier(context.Background(), headers{"traceparent": "00-abc-def-01"})
+	obs := &events{}
+	s := must(memory.NewStore(consumer.WithObserver(tr, obs)))
+	origin := consumer.Origin{Topic: "orders", Partition: 2, Offset: 7}
+	ctx := observe.WithMessage(context.Background(), &observe.Message{Headers: headers{"traceparent": "00-abc-def-01"},
+		Origin: observe.Origin(origin)})
 	var injected headers = headers{}
 	r := consumer.ExecuteIdempotently(ctx, s, "traced", nil, func(hctx context.Context) (string, error) {
 		if hctx.Value(traceKey{}) != "span-traced" {
@@ -207,7 +212,7 @@ func TestTraceHookWrapsHandlers(t *testing.T) {
 		if info, ok := consumer.InfoFromContext(hctx); !ok || info.Key != "traced" {
 			return "", errors.New("the handler's context lost its Info")
 		}
-		consumer.InjectTrace(hctx, s.Settings(), func(k, v string) { injected[k] = v })
+		observe.Each(s.Settings().Observers, func(h consumer.TraceHook) { h.Inject(hctx, func(k, v string) { injected[k] = v }) })
 		return "ok", errors.New("boom")
 	})
 	if r.Outcome != consumer.Error {
@@ -216,5 +221,9 @@ func TestTraceHookWrapsHandlers(t *testing.T) {
 	if len(tr.ended) != 1 || tr.ended[0].Kind != consumer.KindHandler || len(tr.fromCarrier) != 1 ||
 		tr.fromCarrier[0] != "00-abc-def-01" || injected["traceparent"] != "span-traced" {
 		t.Fatalf("ended %+v, carrier %v, injected %v", tr.ended, tr.fromCarrier, injected)
+	}
+	if len(obs.ends) != 1 || obs.ends[0].Origin != origin || len(obs.outcomes) != 1 || obs.outcomes[0].Origin != origin ||
+		obs.outcomes[0].Carrier.Get("traceparent") != "00-abc-def-01" {
+		t.Fatalf("handler ends %+v, outcomes %+v; want one each from %+v with its headers", obs.ends, obs.outcomes, origin)
 	}
 }

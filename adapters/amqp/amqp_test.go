@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,17 +19,30 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// counters observes a worker's store: the deliveries' outcomes, the retries, the
+// dead letters (and keeps them), the lost sessions (reconnects) and the resumes.
 type counters struct {
 	outcomes   [5]atomic.Int64
 	retries    atomic.Int64
 	dead       atomic.Int64
 	reconnects atomic.Int64
+	resumes    atomic.Int64
+
+	mu          sync.Mutex
+	deadLetters []consumer.DeadLetterEvent
 }
 
-func (c *counters) OnOutcome(_ amqp091.Delivery, o consumer.Outcome) { c.outcomes[o].Add(1) }
-func (c *counters) OnRetry(amqp091.Delivery, int, string, error)     { c.retries.Add(1) }
-func (c *counters) OnDeadLetter(amqp091.Delivery, string)            { c.dead.Add(1) }
-func (c *counters) OnReconnect(error)                                { c.reconnects.Add(1) }
+func (c *counters) OnOutcome(e consumer.OutcomeEvent) { c.outcomes[e.Outcome].Add(1) }
+func (c *counters) OnRetry(consumer.RetryEvent)       { c.retries.Add(1) }
+func (c *counters) OnPause(consumer.PauseEvent)       { c.reconnects.Add(1) }
+func (c *counters) OnResume(consumer.PauseEvent)      { c.resumes.Add(1) }
+
+func (c *counters) OnDeadLetter(e consumer.DeadLetterEvent) {
+	c.mu.Lock()
+	c.deadLetters = append(c.deadLetters, e)
+	c.mu.Unlock()
+	c.dead.Add(1)
+}
 
 func checkExactlyOnce(t *testing.T, book *testenv.Ledger, orders []order) {
 	t.Helper()
@@ -50,13 +64,13 @@ func checkExactlyOnce(t *testing.T, book *testenv.Ledger, orders []order) {
 // fulfilled exactly once, the queue and the dead-letter queue empty at the end.
 func TestExactlyOnceWithDuplicates(t *testing.T) {
 	url := testenv.AMQP(t)
-	store, book, _ := newStore(t)
+	hooks := &counters{}
+	store, book, _ := newStore(t, consumer.WithObserver(hooks))
 	topo := topology(t, url, false)
 	orders := publish(t, url, topo.Queue, 10000, 0.2)
-	hooks := &counters{}
 	for i := 0; i < 4; i++ {
 		w, err := idemamqp.NewTypedWorker(store, url, topo, decodeOrder, fulfil(book),
-			idemamqp.WithPrefetch(50), idemamqp.WithConcurrency(4), idemamqp.WithHooks(hooks))
+			idemamqp.WithPrefetch(50), idemamqp.WithConcurrency(4))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -81,10 +95,10 @@ func TestForcedConnectionCloses(t *testing.T) {
 	if !haveRabbitmqctl() {
 		t.Skip("needs rabbitmqctl on the broker's machine")
 	}
-	store, book, _ := newStore(t)
+	hooks := &counters{}
+	store, book, _ := newStore(t, consumer.WithObserver(hooks))
 	topo := topology(t, url, false)
 	orders := publish(t, url, topo.Queue, 4000, 0.2)
-	hooks := &counters{}
 	slow := func(ctx context.Context, o order, d amqp091.Delivery) (string, error) {
 		time.Sleep(200 * time.Microsecond)
 		return fulfil(book)(ctx, o, d)
@@ -92,7 +106,7 @@ func TestForcedConnectionCloses(t *testing.T) {
 	name := fmt.Sprintf("idemkit-test-%04x", rand.N(1<<16)) // only these workers' connections are closed
 	for i := 0; i < 4; i++ {
 		w, err := idemamqp.NewTypedWorker(store, url, topo, decodeOrder, slow, idemamqp.WithPrefetch(50), idemamqp.WithName(name),
-			idemamqp.WithHooks(hooks), idemamqp.WithReconnectBackoff(50*time.Millisecond, 500*time.Millisecond))
+			idemamqp.WithReconnectBackoff(50*time.Millisecond, 500*time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -119,7 +133,8 @@ func TestForcedConnectionCloses(t *testing.T) {
 // retry queue in between, never an immediate requeue.
 func TestPoisonDeadLetteredAfterMaxAttempts(t *testing.T) {
 	url := testenv.AMQP(t)
-	store, book, _ := newStore(t, consumer.WithMaxAttempts(3))
+	hooks := &counters{}
+	store, book, _ := newStore(t, consumer.WithMaxAttempts(3), consumer.WithObserver(hooks))
 	topo := topology(t, url, true) // quorum queues
 	var poisonRuns atomic.Int32
 	var deliveries []time.Time
@@ -131,8 +146,7 @@ func TestPoisonDeadLetteredAfterMaxAttempts(t *testing.T) {
 		}
 		return fulfil(book)(ctx, o, d)
 	}
-	hooks := &counters{}
-	w, err := idemamqp.NewTypedWorker(store, url, topo, decodeOrder, handler, idemamqp.WithHooks(hooks), idemamqp.WithConcurrency(1))
+	w, err := idemamqp.NewTypedWorker(store, url, topo, decodeOrder, handler, idemamqp.WithConcurrency(1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,18 +187,18 @@ func TestPoisonDeadLetteredAfterMaxAttempts(t *testing.T) {
 // exactly two deliveries.
 func TestInProgressCollisionRetriesAfterDelay(t *testing.T) {
 	url := testenv.AMQP(t)
-	store, book, _ := newStore(t, consumer.WithLease(500*time.Millisecond))
+	hooks := &counters{}
+	var deliveries atomic.Int32
+	store, book, _ := newStore(t, consumer.WithLease(500*time.Millisecond),
+		consumer.WithObserver(hooks, deliveryCounter{&deliveries}))
 	topo := topology(t, url, false)
 	if rep := store.Begin(context.Background(), []consumer.Claim{{Key: "held", Owner: "crashed-worker"}})[0]; !rep.Claimed() {
 		t.Fatalf("claim: %+v", rep)
 	}
-	var deliveries atomic.Int32
 	handler := func(ctx context.Context, o order, d amqp091.Delivery) (string, error) {
 		return fulfil(book)(ctx, o, d)
 	}
-	hooks := &counters{}
-	w, err := idemamqp.NewTypedWorker(store, url, topo, decodeOrder, handler, idemamqp.WithHooks(hooks),
-		idemamqp.WithHooks(deliveryCounter{&deliveries}))
+	w, err := idemamqp.NewTypedWorker(store, url, topo, decodeOrder, handler)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,18 +218,19 @@ func TestInProgressCollisionRetriesAfterDelay(t *testing.T) {
 	}
 }
 
+// deliveryCounter counts the deliveries executed (one outcome each).
 type deliveryCounter struct{ n *atomic.Int32 }
 
-func (c deliveryCounter) OnOutcome(amqp091.Delivery, consumer.Outcome) { c.n.Add(1) }
+func (c deliveryCounter) OnOutcome(consumer.OutcomeEvent) { c.n.Add(1) }
 
 // Missing keys, undecodable bodies and a closed store: dead-letters or delayed
 // retries with a bounded number of deliveries, never a panic or a hot loop.
 func TestBadInput(t *testing.T) {
 	url := testenv.AMQP(t)
-	store, book, _ := newStore(t)
-	topo := topology(t, url, false)
 	hooks := &counters{}
-	w, err := idemamqp.NewTypedWorker(store, url, topo, decodeOrder, fulfil(book), idemamqp.WithHooks(hooks))
+	store, book, _ := newStore(t, consumer.WithObserver(hooks))
+	topo := topology(t, url, false)
+	w, err := idemamqp.NewTypedWorker(store, url, topo, decodeOrder, fulfil(book))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,21 +249,33 @@ func TestBadInput(t *testing.T) {
 	if !strings.Contains(reasons["NO_KEY"], "empty key") || !strings.Contains(reasons["UNDECODABLE"], "undecodable") {
 		t.Fatalf("dead-letter reasons %v", reasons)
 	}
+	// The observers were told of both, with the delivery's queue and tag and the reason.
+	why := map[string]string{"NO_KEY": "empty key", "UNDECODABLE": "undecodable"}
+	hooks.mu.Lock()
+	for _, e := range hooks.deadLetters {
+		w, ok := why[e.Kind]
+		if !ok || e.Source != consumer.SourceAMQP || e.Queue != topo.Queue || e.DeliveryTag == 0 ||
+			e.Destination != topo.DeadLetterQueue || e.Err == nil || !strings.Contains(e.Err.Error(), w) {
+			t.Errorf("dead-letter event %+v, want one of the queue's deliveries with its reason", e)
+		}
+		delete(why, e.Kind)
+	}
+	hooks.mu.Unlock()
 
 	// A store whose Redis client is closed: the handler never runs, and the
 	// delivery is not an attempt: it cycles through the longest retry delay, never
 	// dead-lettered, for as long as the store is down.
 	deadRedis := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
 	_ = deadRedis.Close()
-	closed, err := redisstore.NewStore(deadRedis, consumer.WithMaxAttempts(4), consumer.WithScope("orders"))
+	hooks2 := &counters{}
+	closed, err := redisstore.NewStore(deadRedis, consumer.WithMaxAttempts(4), consumer.WithScope("orders"),
+		consumer.WithObserver(hooks2))
 	if err != nil {
 		t.Fatal(err)
 	}
-	hooks2 := &counters{}
 	var runs atomic.Int32
 	w2, err := idemamqp.NewTypedWorker(closed, url, topo, decodeOrder,
-		func(ctx context.Context, o order, d amqp091.Delivery) (string, error) { runs.Add(1); return "", nil },
-		idemamqp.WithHooks(hooks2))
+		func(ctx context.Context, o order, d amqp091.Delivery) (string, error) { runs.Add(1); return "", nil })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -63,7 +63,6 @@ type config struct {
 	backoffBase     time.Duration
 	backoffMax      time.Duration
 	name            string
-	hooks           []Hook
 	logger          *slog.Logger
 }
 
@@ -147,11 +146,6 @@ func WithReconnectBackoff(base, max time.Duration) Opt {
 // WithName sets the connection name shown by the broker and the consumer tag
 // prefix. Default "idemkit-worker".
 func WithName(name string) Opt { return optFunc(func(c *config) { c.name = name }) }
-
-// WithHooks adds observers (see Hook). Default none.
-func WithHooks(hooks ...Hook) Opt {
-	return optFunc(func(c *config) { c.hooks = append(c.hooks, hooks...) })
-}
 
 // WithLogger sets the logger. Default: the store's.
 func WithLogger(l *slog.Logger) Opt { return optFunc(func(c *config) { c.logger = l }) }

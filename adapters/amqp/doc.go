@@ -109,4 +109,15 @@
 // otherwise an error matching ErrNotConsuming that says why (not started,
 // reconnecting after an error, refused, stopped). Neither checks the store: the
 // Redis store has a Check of its own.
+//
+// # Observing
+//
+// The worker reports to the observers of its store (consumer.WithObserver), the
+// one registry of idemkit's events; the queue and the delivery tag travel as the
+// events' Origin. Every delivery's run is the engine's (consumer.HandlerHook,
+// OutcomeHook: one outcome per delivery); the worker adds each copy to a
+// delayed-retry queue once confirmed (RetryHook, the queue as Destination), each
+// dead-letter copy the broker confirmed (DeadLetterHook, with the reason as Err,
+// also for deliveries that could not run), each acknowledgement (AckHook), and
+// each lost session, before it reconnects, and its return (PauseHook).
 package amqp

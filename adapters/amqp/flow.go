@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -139,7 +140,7 @@ func (f *flow[V, T]) take(ctx context.Context, d amqp091.Delivery) error {
 		Run:  func(hctx context.Context) (T, error) { return f.w.handle(hctx, v, d) },
 		Done: func(r consumer.Result[T]) { f.settled(ctx, d, key, r) },
 	}
-	return f.pipe.Submit(consumer.ContextWithCarrier(ctx, table(d.Headers)), item)
+	return f.pipe.Submit(f.w.messageContext(ctx, d), item)
 }
 
 // settled maps a result to its action (consumer.ActionFor). It runs on the
@@ -158,7 +159,6 @@ func (f *flow[V, T]) settled(ctx context.Context, d amqp091.Delivery, key consum
 	attempts := attemptsOf(d)
 	switch r.Action() {
 	case consumer.Settle:
-		w.outcome(d, r.Outcome)
 		f.ack(d)
 		return
 	case consumer.DeadLetter:
@@ -186,10 +186,13 @@ func (f *flow[V, T]) settled(ctx context.Context, d amqp091.Delivery, key consum
 		}
 		delay = w.topo.retryDelay(attempts, 0)
 	}
-	f.spawn(func() { f.retry(ctx, d, attempts, delay, r) })
+	f.spawn(func() { f.retry(ctx, d, key, attempts, delay, r) })
 }
 
-func (f *flow[V, T]) retry(ctx context.Context, d amqp091.Delivery, attempts int, delay time.Duration, r consumer.Result[T]) {
+// retry publishes d's copy to the delayed-retry queue of delay, confirmed, then
+// acks d.
+func (f *flow[V, T]) retry(ctx context.Context, d amqp091.Delivery, key consumer.Key, attempts int, delay time.Duration,
+	r consumer.Result[T]) {
 	w := f.w
 	queue := w.topo.RetryQueue(delay)
 	extra := amqp091.Table{HeaderAttempts: int32(attempts)}
@@ -200,16 +203,8 @@ func (f *flow[V, T]) retry(ctx context.Context, d amqp091.Delivery, attempts int
 		f.failed(err)
 		return
 	}
-	w.each(func(h Hook) {
-		if h, ok := h.(RetryHook); ok {
-			h.OnRetry(d, attempts, queue, r.Err)
-		}
-	})
-	consumer.Observe(w.store.Settings(), func(h consumer.RetryHook) {
-		h.OnRetry(consumer.RetryEvent{Source: "amqp", Scope: w.store.Settings().Scope, Key: consumer.Key(d.MessageId),
-			Attempt: attempts, Delay: delay, Kind: consumer.ErrorKind(r.Err), Err: r.Err})
-	})
-	w.outcome(d, r.Outcome)
+	w.reportRetry(consumer.RetryEvent{Key: key, Origin: w.origin(d), Attempt: attempts, Delay: delay, Destination: queue,
+		Kind: consumer.ErrorKind(r.Err), Err: r.Err})
 	f.ack(d)
 }
 
@@ -235,16 +230,8 @@ func (f *flow[V, T]) deadLetter(ctx context.Context, d amqp091.Delivery, key con
 	}
 	w.log.Warn("amqp: delivery dead-lettered", "queue", w.topo.Queue, "key", string(key), "kind", kind,
 		"body_less", bodyLess, "reason", consumer.CapText(text, 256))
-	w.each(func(h Hook) {
-		if h, ok := h.(DeadLetterHook); ok {
-			h.OnDeadLetter(d, text)
-		}
-	})
-	consumer.Observe(w.store.Settings(), func(h consumer.DeadLetterHook) {
-		h.OnDeadLetter(consumer.DeadLetterEvent{Source: "amqp", Scope: w.store.Settings().Scope, Key: key, Kind: kind,
-			Destination: w.topo.DeadLetterQueue, BodyLess: bodyLess})
-	})
-	w.outcome(d, o)
+	w.reportDeadLetter(consumer.DeadLetterEvent{Key: key, Origin: w.origin(d), Kind: kind, Err: reason,
+		Destination: w.topo.DeadLetterQueue, BodyLess: bodyLess})
 	f.ack(d)
 }
 
@@ -276,7 +263,6 @@ func (f *flow[V, T]) ack(d amqp091.Delivery) {
 // highest of them (every tag below it is settled), the others one by one.
 func (f *flow[V, T]) acker() {
 	defer close(f.done)
-	s := f.w.store.Settings()
 	for tag := range f.acks {
 		batch := []uint64{tag}
 		for more := true; more; {
@@ -312,9 +298,8 @@ func (f *flow[V, T]) acker() {
 			f.failed(fmt.Errorf("amqp: ack: %w", err))
 			continue
 		}
-		consumer.Observe(s, func(h consumer.AckHook) {
-			h.OnAck(consumer.AckEvent{Source: "amqp", Scope: s.Scope, Queue: f.w.topo.Queue, Messages: len(batch)})
-		})
+		f.w.reportAck(consumer.AckEvent{Origin: consumer.Origin{Queue: f.w.topo.Queue, DeliveryTag: slices.Max(batch)},
+			Messages: len(batch)})
 	}
 }
 

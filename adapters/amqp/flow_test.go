@@ -29,21 +29,20 @@ func TestRedisOutageDeadLettersNothing(t *testing.T) {
 	prefix := testenv.Prefix(t)
 	via := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { _ = via.Close() })
+	hooks := &counters{}
 	store, err := redisstore.NewStore(via, consumer.WithPrefix(prefix), consumer.WithScope("fulfilment"),
-		consumer.WithLease(time.Minute), consumer.WithCallTimeout(500*time.Millisecond))
+		consumer.WithLease(time.Minute), consumer.WithCallTimeout(500*time.Millisecond), consumer.WithObserver(hooks))
 	if err != nil {
 		t.Fatal(err)
 	}
 	book := testenv.NewLedger(direct, prefix)
 	topo := topology(t, url, false)
 	orders := publish(t, url, topo.Queue, 400, 0.2)
-	hooks := &counters{}
 	slow := func(ctx context.Context, o order, d amqp091.Delivery) (string, error) {
 		time.Sleep(20 * time.Millisecond) // the run spans the outage
 		return fulfil(book)(ctx, o, d)
 	}
-	w, err := idemamqp.NewTypedWorker(store, url, topo, decodeOrder, slow, idemamqp.WithHooks(hooks),
-		idemamqp.WithPrefetch(4))
+	w, err := idemamqp.NewTypedWorker(store, url, topo, decodeOrder, slow, idemamqp.WithPrefetch(4))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,16 +72,16 @@ func TestRedisOutageDeadLettersNothing(t *testing.T) {
 // message beside it is fulfilled and acked.
 func TestLargeErrorIsCappedInTheDeadLetter(t *testing.T) {
 	url := testenv.AMQP(t)
-	store, book, _ := newStore(t)
-	topo := topology(t, url, false)
 	hooks := &counters{}
+	store, book, _ := newStore(t, consumer.WithObserver(hooks))
+	topo := topology(t, url, false)
 	handler := func(ctx context.Context, o order, d amqp091.Delivery) (string, error) {
 		if o.ID == "poison" {
 			return "", consumer.Permanent(errors.New(strings.Repeat("trace line\n", 100_000)))
 		}
 		return fulfil(book)(ctx, o, d)
 	}
-	w, err := idemamqp.NewTypedWorker(store, url, topo, decodeOrder, handler, idemamqp.WithHooks(hooks))
+	w, err := idemamqp.NewTypedWorker(store, url, topo, decodeOrder, handler)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,13 +118,13 @@ func TestLargeErrorIsCappedInTheDeadLetter(t *testing.T) {
 // is dead-lettered body-less with its key and kind, without a reconnect.
 func TestBodyLessDeadLetter(t *testing.T) {
 	url := testenv.AMQP(t)
-	store, _, _ := newStore(t)
-	topo := topology(t, url, false)
 	hooks := &counters{}
+	store, _, _ := newStore(t, consumer.WithObserver(hooks))
+	topo := topology(t, url, false)
 	w, err := idemamqp.NewTypedWorker(store, url, topo, decodeOrder,
 		func(ctx context.Context, o order, d amqp091.Delivery) (string, error) {
 			return "", consumer.Permanent(errors.New("rejected"))
-		}, idemamqp.WithHooks(hooks))
+		})
 	if err != nil {
 		t.Fatal(err)
 	}

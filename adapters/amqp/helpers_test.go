@@ -155,13 +155,27 @@ func drain(t *testing.T, url, queue string) []amqp091.Delivery {
 
 func newStore(t *testing.T, opts ...consumer.Option) (consumer.Store, *testenv.Ledger, string) {
 	t.Helper()
+	mk, book, prefix := newStores(t, opts...)
+	return mk(), book, prefix
+}
+
+// newStores returns a maker of stores that share one set of records (one Redis,
+// one prefix, scope "fulfilment", opts), each with the options it is given
+// besides: workers observed apart each get a store of their own.
+func newStores(t *testing.T, opts ...consumer.Option) (func(...consumer.Option) consumer.Store, *testenv.Ledger, string) {
+	t.Helper()
 	c := testenv.Redis(t)
 	prefix := testenv.Prefix(t)
-	s, err := redisstore.NewStore(c, append([]consumer.Option{consumer.WithPrefix(prefix), consumer.WithScope("fulfilment")}, opts...)...)
-	if err != nil {
-		t.Fatal(err)
+	mk := func(more ...consumer.Option) consumer.Store {
+		t.Helper()
+		all := append([]consumer.Option{consumer.WithPrefix(prefix), consumer.WithScope("fulfilment")}, opts...)
+		s, err := redisstore.NewStore(c, append(all, more...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
 	}
-	return s, testenv.NewLedger(c, prefix), prefix
+	return mk, testenv.NewLedger(c, prefix), prefix
 }
 
 func decodeOrder(d amqp091.Delivery) (order, error) {

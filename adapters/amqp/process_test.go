@@ -17,7 +17,8 @@ import (
 // order is fulfilled exactly once.
 func TestWorkerProcessKilledMidHandler(t *testing.T) {
 	url := testenv.AMQP(t)
-	store, book, prefix := newStore(t, consumer.WithLease(time.Second))
+	hooks := &counters{}
+	store, book, prefix := newStore(t, consumer.WithLease(time.Second), consumer.WithObserver(hooks))
 	topo := topology(t, url, false)
 	orders := publish(t, url, topo.Queue, 2000, 0.2)
 
@@ -33,8 +34,7 @@ func TestWorkerProcessKilledMidHandler(t *testing.T) {
 	}
 	_ = cmd.Wait()
 
-	hooks := &counters{}
-	w, err := idemamqp.NewTypedWorker(store, url, topo, decodeOrder, fulfil(book), idemamqp.WithHooks(hooks))
+	w, err := idemamqp.NewTypedWorker(store, url, topo, decodeOrder, fulfil(book))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	idemamqp "github.com/idemkit/idemkit/adapters/amqp"
+	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/internal/testenv"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 )
@@ -43,14 +44,13 @@ func TestRefusedLoginEndsRun(t *testing.T) {
 		{"no such vhost", noVhost.String(), amqp091.NotAllowed, "create vhost \"" + noVhost.Vhost + "\"", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			store, _, _ := newStore(t)
+			hooks := &counters{}
+			store, _, _ := newStore(t, consumer.WithObserver(hooks))
 			topo := topology(t, url, false)
 			publish(t, url, topo.Queue, 5, 0)
 			var runs atomic.Int32
-			hooks := &counters{}
 			w, err := idemamqp.NewTypedWorker(store, tc.url, topo, decodeOrder,
-				func(ctx context.Context, o order, d amqp091.Delivery) (string, error) { runs.Add(1); return "", nil },
-				idemamqp.WithHooks(hooks))
+				func(ctx context.Context, o order, d amqp091.Delivery) (string, error) { runs.Add(1); return "", nil })
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -154,10 +154,10 @@ func TestTransientLossesReconnect(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			proxy, viaProxy := amqpProxy(t, url)
-			store, book, _ := newStore(t)
+			hooks := &counters{}
+			store, book, _ := newStore(t, consumer.WithObserver(hooks))
 			topo := topology(t, url, false)
 			orders := publish(t, url, topo.Queue, 400, 0.2)
-			hooks := &counters{}
 			// The handlers after the first 20 wait for the loss: it comes mid-run.
 			var started atomic.Int32
 			lost := make(chan struct{})
@@ -173,7 +173,7 @@ func TestTransientLossesReconnect(t *testing.T) {
 			}
 			name := fmt.Sprintf("idemkit-test-%04x", rand.N(1<<16))
 			w, err := idemamqp.NewTypedWorker(store, viaProxy, topo, decodeOrder, slow, idemamqp.WithPrefetch(20),
-				idemamqp.WithConcurrency(4), idemamqp.WithHooks(hooks), idemamqp.WithName(name),
+				idemamqp.WithConcurrency(4), idemamqp.WithName(name),
 				idemamqp.WithReconnectBackoff(50*time.Millisecond, 500*time.Millisecond))
 			if err != nil {
 				t.Fatal(err)
@@ -204,8 +204,8 @@ func TestTransientLossesReconnect(t *testing.T) {
 				t.Fatalf("after the stop: %d messages on the work queue, %d in the retry queues; want 0 and 0", q, retries)
 			}
 			checkExactlyOnce(t, book, orders)
-			if n, dead := hooks.reconnects.Load(), depth(t, url, topo.DeadLetterQueue); n != 1 || dead != 0 {
-				t.Fatalf("%d reconnects, %d dead letters; want 1 and 0", n, dead)
+			if n, back, dead := hooks.reconnects.Load(), hooks.resumes.Load(), depth(t, url, topo.DeadLetterQueue); n != 1 || back != 1 || dead != 0 {
+				t.Fatalf("%d reconnects, %d resumes, %d dead letters; want 1, 1 and 0", n, back, dead)
 			}
 		})
 	}
@@ -228,13 +228,13 @@ func TestConnectionLimitIsWaitedOut(t *testing.T) {
 	t.Cleanup(func() { _ = exec.Command("rabbitmqctl", "delete_vhost", uri.Vhost).Run() })
 	rabbitmqctl(t, "set_permissions", "-p", uri.Vhost, uri.Username, ".*", ".*", ".*")
 	vurl := uri.String()
-	store, book, _ := newStore(t)
+	hooks := &counters{}
+	store, book, _ := newStore(t, consumer.WithObserver(hooks))
 	topo := topology(t, vurl, false)
 	orders := publish(t, vurl, topo.Queue, 20, 0)
 	rabbitmqctl(t, "set_vhost_limits", "-p", uri.Vhost, `{"max-connections": 0}`)
 
-	hooks := &counters{}
-	w, err := idemamqp.NewTypedWorker(store, vurl, topo, decodeOrder, fulfil(book), idemamqp.WithHooks(hooks),
+	w, err := idemamqp.NewTypedWorker(store, vurl, topo, decodeOrder, fulfil(book),
 		idemamqp.WithReconnectBackoff(50*time.Millisecond, 200*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -294,11 +294,11 @@ func closeConnectionsNamed(t *testing.T, name string) {
 func TestSlowLoginIsNotARefusal(t *testing.T) {
 	url := testenv.AMQP(t)
 	proxy, viaProxy := amqpProxy(t, url)
-	store, book, _ := newStore(t)
+	hooks := &counters{}
+	store, book, _ := newStore(t, consumer.WithObserver(hooks))
 	topo := topology(t, url, false)
 	orders := publish(t, url, topo.Queue, 5, 0)
-	hooks := &counters{}
-	w, err := idemamqp.NewTypedWorker(store, viaProxy, topo, decodeOrder, fulfil(book), idemamqp.WithHooks(hooks),
+	w, err := idemamqp.NewTypedWorker(store, viaProxy, topo, decodeOrder, fulfil(book),
 		idemamqp.WithReconnectBackoff(10*time.Millisecond, 20*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)

@@ -24,7 +24,8 @@ import (
 // 20 retried messages once each, and the dead-lettered ones never again.
 func TestShutdownFinishesTheCopiesItStarted(t *testing.T) {
 	url := testenv.AMQP(t)
-	store, book, _ := newStore(t)
+	stores, book, _ := newStores(t)
+	store := stores()
 	topo := topology(t, url, false)
 	const n = 40
 	orders := publish(t, url, topo.Queue, n, 0)
@@ -60,8 +61,8 @@ func TestShutdownFinishesTheCopiesItStarted(t *testing.T) {
 			dead, back, runs.Load(), n/2, n/2, n)
 	}
 
-	hooks := &counters{}
-	w2, err := idemamqp.NewTypedWorker(store, url, topo, decodeOrder, fulfil(book), idemamqp.WithHooks(hooks))
+	hooks := &counters{} // the second worker's own store, on the same records
+	w2, err := idemamqp.NewTypedWorker(stores(consumer.WithObserver(hooks)), url, topo, decodeOrder, fulfil(book))
 	if err != nil {
 		t.Fatal(err)
 	}

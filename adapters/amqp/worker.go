@@ -40,6 +40,7 @@ type Worker[V, T any] struct {
 	user, vhost string // from the URL, to name in errors
 	running     atomic.Bool
 	ready       atomic.Pointer[error] // what Ready reports; nil pointer: consuming
+	lost        bool                  // a session was lost and none consumes since (Run's goroutine only)
 }
 
 // NewWorker returns a worker that runs handler on every delivery of topo.Queue on
@@ -158,11 +159,8 @@ func (w *Worker[V, T]) run(ctx context.Context) error {
 		pause := retry.Backoff(w.cfg.backoffBase, w.cfg.backoffMax, failures)
 		w.notReady(fmt.Errorf("reconnecting after: %w", err))
 		w.log.Warn("amqp: session lost; reconnecting", "err", err, "in", pause)
-		w.each(func(h Hook) {
-			if h, ok := h.(ReconnectHook); ok {
-				h.OnReconnect(err)
-			}
-		})
+		w.reportPause(err)
+		w.lost = true
 		if !retry.Sleep(ctx, pause) {
 			return nil
 		}
@@ -219,6 +217,10 @@ func (w *Worker[V, T]) session(ctx, work context.Context) error {
 	}
 	defer f.stop(ctx, work)
 	w.ready.Store(nil)
+	if w.lost {
+		w.lost = false
+		w.reportPause(nil)
+	}
 	for {
 		d, ok := <-deliveries
 		if !ok {
@@ -313,14 +315,6 @@ func (w *Worker[V, T]) prepare(d amqp091.Delivery) (V, consumer.Key, error) {
 		return v, key, fmt.Errorf("%w: %v", ErrNoKey, err)
 	}
 	return v, key, nil
-}
-
-func (w *Worker[V, T]) outcome(d amqp091.Delivery, o consumer.Outcome) {
-	w.each(func(h Hook) {
-		if h, ok := h.(OutcomeHook); ok {
-			h.OnOutcome(d, o)
-		}
-	})
 }
 
 // publisher republishes on a channel in confirm mode, one message at a time.

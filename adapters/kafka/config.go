@@ -100,7 +100,6 @@ type config struct {
 	revokeDrain    time.Duration
 	commitEvery    time.Duration
 	shutdownGrace  time.Duration
-	hooks          []Hook
 	logger         *slog.Logger
 	onAssigned     func(context.Context, *kgo.Client, map[string][]int32)
 	onRevoked      func(context.Context, *kgo.Client, map[string][]int32)
@@ -218,11 +217,6 @@ func WithCommitInterval(d time.Duration) Opt { return optFunc(func(c *config) { 
 // context is cancelled; then running handlers see their contexts cancelled. Default
 // 10s.
 func WithShutdownGrace(d time.Duration) Opt { return optFunc(func(c *config) { c.shutdownGrace = d }) }
-
-// WithHooks adds observers (see Hook). Default none.
-func WithHooks(hooks ...Hook) Opt {
-	return optFunc(func(c *config) { c.hooks = append(c.hooks, hooks...) })
-}
 
 // WithLogger sets the logger. Default: the store's logger.
 func WithLogger(l *slog.Logger) Opt { return optFunc(func(c *config) { c.logger = l }) }

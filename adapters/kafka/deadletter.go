@@ -35,12 +35,8 @@ func (c *Consumer[V, T]) deadLetter(r *record[V], kind string, attempts int, o c
 		if err == nil {
 			c.log.Warn("kafka: record dead-lettered", "topic", r.rec.Topic, "partition", r.rec.Partition,
 				"offset", r.rec.Offset, "dlq", topic, "kind", kind, "body_less", bodyLess, "reason", consumer.CapText(text, 256))
-			c.onDeadLetter(r.rec, topic, reason)
-			consumer.Observe(c.s, func(h consumer.DeadLetterHook) {
-				h.OnDeadLetter(consumer.DeadLetterEvent{Source: "kafka", Scope: c.s.Scope, Key: r.key, Kind: kind,
-					Destination: topic, BodyLess: bodyLess})
-			})
-			c.onOutcome(r.rec, o)
+			c.reportDeadLetter(consumer.DeadLetterEvent{Key: r.key, Origin: origin(r.rec), Kind: kind, Err: reason,
+				Destination: topic, BodyLess: bodyLess})
 			c.finish(r, true)
 			return
 		}
@@ -99,8 +95,7 @@ func (c *Consumer[V, T]) deadLetterCopy(r *record[V], topic, kind string, attemp
 	if bodyLess {
 		out.Headers = append(out.Headers, kgo.RecordHeader{Key: HeaderBodyLess, Value: []byte("true")})
 	}
-	ctx := consumer.ContextWithCarrier(context.Background(), headers(rec.Headers))
-	consumer.InjectTrace(ctx, c.s, func(k, v string) {
+	c.injectTrace(messageContext(context.Background(), rec), func(k, v string) {
 		for i, h := range out.Headers {
 			if h.Key == k {
 				out.Headers[i].Value = []byte(v)

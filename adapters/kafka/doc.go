@@ -38,9 +38,10 @@
 // dead-letter topic is missing, cannot be created or described, or would itself be
 // matched by the patterns (it would be consumed too) is stopped: its fetches are
 // paused, so none of its records runs and nothing of it is committed, an error is
-// logged naming the dead-letter topic and the fix, and TopicStopHook is told. The
-// other topics go on. A stopped topic is checked again every 5 seconds and resumes
-// (TopicResumeHook) once its dead-letter topic can be used. A dead-letter topic
+// logged naming the dead-letter topic and the fix, and the store's observers are
+// told (consumer.PauseHook's OnPause, with the *DeadLetterTopicError). The other
+// topics go on. A stopped topic is checked again every 5 seconds and resumes
+// (OnResume) once its dead-letter topic can be used. A dead-letter topic
 // deleted while the consumer runs is not checked again: the partition of a record
 // that needs it waits at that record, logging an error, until it exists.
 //
@@ -115,4 +116,16 @@
 // settle for up to WithShutdownGrace, commits what is settled, cancels what still
 // runs, releases those claims and leaves the group (without a second drain: a
 // record still waiting for its retry is left to the partition's next owner).
+//
+// # Observing
+//
+// The adapter reports to the observers of its store (consumer.WithObserver), the
+// one registry of idemkit's events; the record's topic, partition and offset travel
+// as the events' Origin. Every run of a record is the engine's (consumer.HandlerHook,
+// OutcomeHook: its final outcome is the one whose Action is Settle, or its
+// dead-letter copy); the adapter adds each retry in place (RetryHook), each
+// dead-letter copy the broker confirmed (DeadLetterHook, with the reason as Err,
+// also for records that could not run), each commit with the partition's lag and
+// each failed commit (CommitHook; CommitEvent.Err), and each topic stopped or
+// resumed over its dead-letter topic (PauseHook).
 package kafka

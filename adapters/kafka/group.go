@@ -204,16 +204,14 @@ func (c *Consumer[V, T]) commit(ctx context.Context, only []*partition) {
 		}
 		if err != nil {
 			c.log.Warn("kafka: commit failed; the offset stays pending", "topic", p.topic, "partition", p.part, "offset", off, "err", err)
-			c.onCommitError(p.topic, p.part, off, err)
+			c.reportCommit(consumer.CommitEvent{Origin: consumer.Origin{Topic: p.topic, Partition: p.part, Offset: off},
+				Lag: -1, Err: err})
 			continue
 		}
 		c.mu.Lock()
 		p.done = max(p.done, off)
 		lag := p.hw - off
 		c.mu.Unlock()
-		c.onCommit(p.topic, p.part, off, lag)
-		consumer.Observe(c.s, func(h consumer.CommitHook) {
-			h.OnCommit(consumer.CommitEvent{Source: "kafka", Scope: c.s.Scope, Topic: p.topic, Partition: p.part, Offset: off, Lag: lag})
-		})
+		c.reportCommit(consumer.CommitEvent{Origin: consumer.Origin{Topic: p.topic, Partition: p.part, Offset: off}, Lag: lag})
 	}
 }

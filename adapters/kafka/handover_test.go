@@ -38,7 +38,7 @@ func revocationDrain(t *testing.T, poison bool) {
 	if poison && cluster == nil {
 		t.Skip("holding a dead-letter produce needs the in-process kfake cluster")
 	}
-	store, _ := newStore(t, consumer.WithLease(5*time.Second))
+	stores, _ := newStores(t, consumer.WithLease(5*time.Second))
 	produceRaw(t, brokers, eventRecord("drain", "held"))
 
 	held, release := make(chan struct{}), make(chan struct{})
@@ -77,9 +77,12 @@ func revocationDrain(t *testing.T, poison bool) {
 	}
 	var outcomes sync.Map
 	dead := &dlqCounter{}
-	newMember := func(opts ...kafka.Opt) *kafka.Consumer[event, string] {
+	// Each member has a store of its own (the records are shared) observed by
+	// the counters and by the member's own observers obs.
+	newMember := func(obs []consumer.Observer, opts ...kafka.Opt) *kafka.Consumer[event, string] {
 		kopts := append(groupOpts(brokers, "drain-svc", "drain"), kgo.Balancers(kgo.RangeBalancer())) // eager: a join revokes everything
-		opts = append(opts, kafka.WithRevokeDrain(30*time.Second), kafka.WithHooks(outcomeCounter{&outcomes}, dead))
+		store := stores(consumer.WithObserver(append(obs, outcomeCounter{&outcomes}, dead)...))
+		opts = append(opts, kafka.WithRevokeDrain(30*time.Second))
 		c, err := kafka.NewTyped(store, kopts, decodeEvent, handler, opts...)
 		if err != nil {
 			t.Fatal(err)
@@ -91,7 +94,7 @@ func revocationDrain(t *testing.T, poison bool) {
 	logs := &logWatch{}
 	first := &commitWatch{}
 	revoked := make(chan int64, 1)
-	startMember(t, newMember(kafka.WithLogger(logs.logger()), kafka.WithHooks(first),
+	startMember(t, newMember([]consumer.Observer{first}, kafka.WithLogger(logs.logger()),
 		kafka.WithOnRevoked(func(context.Context, *kgo.Client, map[string][]int32) {
 			select {
 			case revoked <- first.at.Load():
@@ -100,7 +103,7 @@ func revocationDrain(t *testing.T, poison bool) {
 		})))
 	wait(t, held, "the record is held")
 	draining := logs.next("kafka: partitions revoked")
-	startMember(t, newMember()) // the join revokes the partition from the first member
+	startMember(t, newMember(nil)) // the join revokes the partition from the first member
 	wait(t, draining, "the first member's revocation drains")
 	close(release) // the record settles inside the drain
 	var at int64
@@ -137,8 +140,11 @@ func revocationDrain(t *testing.T, poison bool) {
 	if !poison {
 		return
 	}
-	if copies := dlqRecords(t, brokers, "drain.dlq"); len(copies) != 1 || dead.dead.Load() != 1 {
-		t.Errorf("%d dead-letter copies (%d reported), want exactly 1", len(copies), dead.dead.Load())
+	dead.mu.Lock()
+	reported := len(dead.dead)
+	dead.mu.Unlock()
+	if copies := dlqRecords(t, brokers, "drain.dlq"); len(copies) != 1 || reported != 1 {
+		t.Errorf("%d dead-letter copies (%d reported), want exactly 1", len(copies), reported)
 	}
 }
 
@@ -151,7 +157,8 @@ func TestLostPartitionCommitsNothingThatSettlesAfterTheLoss(t *testing.T) {
 	if cluster == nil {
 		t.Skip("holding a dead-letter produce and fencing a member out need the in-process kfake cluster")
 	}
-	store, _ := newStore(t, consumer.WithLease(5*time.Second))
+	events := &eventOrder{}
+	store, _ := newStore(t, consumer.WithLease(5*time.Second), consumer.WithObserver(events))
 	produceRaw(t, brokers, eventRecord("lost", "poison"))
 	held, release := make(chan struct{}), make(chan struct{})
 	var holdOnce sync.Once
@@ -171,10 +178,9 @@ func TestLostPartitionCommitsNothingThatSettlesAfterTheLoss(t *testing.T) {
 		runs.Add(1)
 		return "", consumer.Permanent(errors.New("malformed entry"))
 	}
-	events := &eventOrder{}
 	logs := &logWatch{}
 	kopts := append(groupOpts(brokers, "lost-svc", "lost"), kgo.SessionTimeout(time.Second))
-	c, err := kafka.NewTyped(store, kopts, decodeEvent, handler, kafka.WithHooks(events), kafka.WithLogger(logs.logger()))
+	c, err := kafka.NewTyped(store, kopts, decodeEvent, handler, kafka.WithLogger(logs.logger()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,9 +221,11 @@ func (o *eventOrder) add(e string) {
 	o.events = append(o.events, e)
 }
 
-func (o *eventOrder) OnDeadLetter(*kgo.Record, string, error) { o.add("dead-letter") }
-func (o *eventOrder) OnCommit(_ string, _ int32, offset, _ int64) {
-	o.add("commit " + strconv.FormatInt(offset, 10))
+func (o *eventOrder) OnDeadLetter(consumer.DeadLetterEvent) { o.add("dead-letter") }
+func (o *eventOrder) OnCommit(e consumer.CommitEvent) {
+	if e.Err == nil {
+		o.add("commit " + strconv.FormatInt(e.Offset, 10))
+	}
 }
 
 func (o *eventOrder) String() string {
@@ -258,10 +266,10 @@ func TestShutdownDoesNotWaitForTheRevocationDrain(t *testing.T) {
 // commitWatch keeps the highest offset a member committed.
 type commitWatch struct{ at atomic.Int64 }
 
-func (w *commitWatch) OnCommit(_ string, _ int32, offset, _ int64) {
-	for {
+func (w *commitWatch) OnCommit(e consumer.CommitEvent) {
+	for e.Err == nil {
 		cur := w.at.Load()
-		if offset <= cur || w.at.CompareAndSwap(cur, offset) {
+		if e.Offset <= cur || w.at.CompareAndSwap(cur, e.Offset) {
 			return
 		}
 	}

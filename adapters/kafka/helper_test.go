@@ -48,14 +48,15 @@ func helperMain() bool {
 // memberStats are what a member process reports in Redis, under its prefix.
 func statsKey(prefix string) string { return "{" + prefix + "}:member-stats" }
 
+// memberHooks observes a member's store and reports in Redis.
 type memberHooks struct {
 	rdb       *redis.Client
 	prefix    string
 	succeeded *atomic.Int64 // records settled SUCCESS: each one charged and recorded completed
 }
 
-func (h memberHooks) OnOutcome(_ *kgo.Record, o consumer.Outcome) {
-	if o == consumer.Success {
+func (h memberHooks) OnOutcome(e consumer.OutcomeEvent) {
+	if e.Outcome == consumer.Success {
 		h.succeeded.Add(1)
 	}
 }
@@ -73,26 +74,30 @@ func (h memberHooks) incr(field string) {
 	h.rdb.HIncrBy(context.Background(), statsKey(h.prefix), field, 1)
 }
 
-func (h memberHooks) OnRetry(_ *kgo.Record, _ int, err error) {
-	if errors.Is(err, consumer.ErrLeaseLost) {
+func (h memberHooks) OnRetry(e consumer.RetryEvent) {
+	if errors.Is(e.Err, consumer.ErrLeaseLost) {
 		h.incr("lease_lost")
 	}
 }
 
-func (h memberHooks) OnCommitError(string, int32, int64, error) { h.incr("commit_errors") }
+func (h memberHooks) OnCommit(e consumer.CommitEvent) {
+	if e.Err != nil {
+		h.incr("commit_errors")
+	}
+}
 
 func runMember(mode string) error {
 	prefix := os.Getenv(envPrefix)
 	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv(envRedis)})
 	defer rdb.Close()
+	hooks := memberHooks{rdb: rdb, prefix: prefix, succeeded: new(atomic.Int64)}
 	store, err := redisstore.NewStore(rdb, consumer.WithPrefix(prefix), consumer.WithScope("payments"),
-		consumer.WithLease(time.Second))
+		consumer.WithLease(time.Second), consumer.WithObserver(hooks))
 	if err != nil {
 		return err
 	}
 	book := testenv.NewLedger(rdb, prefix)
 	trap, _ := strconv.Atoi(os.Getenv(envTrap))
-	hooks := memberHooks{rdb: rdb, prefix: prefix, succeeded: new(atomic.Int64)}
 	// The member freezes once it has charged trap events: from then on its
 	// handlers stop before their effect (a zombie's write it once it is continued
 	// after a SIGSTOP, with its old fence). It announces the freeze only once every
@@ -137,7 +142,7 @@ func runMember(mode string) error {
 	opts := groupOpts(strings.Split(os.Getenv(envBrokers), ","), "billing", "payments")
 	opts = append(opts, kgo.SessionTimeout(time.Second), kgo.HeartbeatInterval(200*time.Millisecond), kgo.RebalanceTimeout(3*time.Second))
 	c, err := kafka.NewTyped(store, opts, decodeEvent, handler,
-		kafka.WithMaxPollRecords(50), kafka.WithHooks(hooks),
+		kafka.WithMaxPollRecords(50),
 		kafka.WithOnLost(func(context.Context, *kgo.Client, map[string][]int32) { hooks.incr("lost") }))
 	if err != nil {
 		return err

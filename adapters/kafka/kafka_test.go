@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,13 +22,27 @@ import (
 
 func newStore(t *testing.T, opts ...consumer.Option) (consumer.Store, *testenv.Ledger) {
 	t.Helper()
+	mk, book := newStores(t, opts...)
+	return mk(), book
+}
+
+// newStores returns a maker of stores that share one set of records (one Redis,
+// one prefix, scope "payments", opts), each with the options it is given besides:
+// members observed apart each get a store of their own.
+func newStores(t *testing.T, opts ...consumer.Option) (func(...consumer.Option) consumer.Store, *testenv.Ledger) {
+	t.Helper()
 	c := testenv.Redis(t)
 	prefix := testenv.Prefix(t)
-	s, err := redisstore.NewStore(c, append([]consumer.Option{consumer.WithPrefix(prefix), consumer.WithScope("payments")}, opts...)...)
-	if err != nil {
-		t.Fatal(err)
+	mk := func(more ...consumer.Option) consumer.Store {
+		t.Helper()
+		all := append([]consumer.Option{consumer.WithPrefix(prefix), consumer.WithScope("payments")}, opts...)
+		s, err := redisstore.NewStore(c, append(all, more...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
 	}
-	return s, testenv.NewLedger(c, prefix)
+	return mk, testenv.NewLedger(c, prefix)
 }
 
 func charge(l *testenv.Ledger) func(ctx context.Context, ev event, rec *kgo.Record) (string, error) {
@@ -51,10 +66,11 @@ func TestExactlyOnceThroughRebalances(t *testing.T) {
 func exactlyOnceThroughRebalances(t *testing.T, ordering kafka.Ordering) {
 	const n = 10000
 	brokers, _ := testenv.Kafka(t, 8, "payments", "payments.dlq")
-	store, book := newStore(t, consumer.WithLease(5*time.Second))
+	stores, book := newStores(t, consumer.WithLease(5*time.Second))
 	events := produce(t, brokers, "payments", n, 0.2)
 	var outcomes sync.Map
 	hook := outcomeCounter{&outcomes}
+	store := stores(consumer.WithObserver(hook))
 	// The group runs at most 2,500 records a second, so that the run spans the
 	// membership changes.
 	pace := time.NewTicker(400 * time.Microsecond)
@@ -69,9 +85,9 @@ func exactlyOnceThroughRebalances(t *testing.T, ordering kafka.Ordering) {
 		}
 		return charge(book)(ctx, ev, rec)
 	}
-	newMember := func(settled *atomic.Int64, assigned, revoked *atomic.Int32) *kafka.Consumer[event, string] {
+	newMember := func(store consumer.Store, assigned, revoked *atomic.Int32) *kafka.Consumer[event, string] {
 		c, err := kafka.NewTyped(store, groupOpts(brokers, "billing", "payments"), decodeEvent, handler,
-			kafka.WithHooks(hook, settledCounter{settled}), kafka.WithMaxPollRecords(500), kafka.WithOrdering(ordering),
+			kafka.WithMaxPollRecords(500), kafka.WithOrdering(ordering),
 			kafka.WithOnAssigned(func(_ context.Context, _ *kgo.Client, p map[string][]int32) {
 				if len(p) > 0 {
 					assigned.Add(1)
@@ -88,12 +104,14 @@ func exactlyOnceThroughRebalances(t *testing.T, ordering kafka.Ordering) {
 		return c
 	}
 	var firstRevoked, joinerAssigned, unused atomic.Int32
-	var joinerSettled, ignored atomic.Int64
-	m1 := startMember(t, newMember(&ignored, &unused, &firstRevoked))
-	startMember(t, newMember(&ignored, &unused, &unused))
-	startMember(t, newMember(&ignored, &unused, &unused))
+	var joinerSettled atomic.Int64
+	m1 := startMember(t, newMember(store, &unused, &firstRevoked))
+	startMember(t, newMember(store, &unused, &unused))
+	startMember(t, newMember(store, &unused, &unused))
 	testenv.Eventually(t, 60*time.Second, "a fifth of the events", func() bool { return book.Total(t) >= n/5 })
-	startMember(t, newMember(&joinerSettled, &joinerAssigned, &unused)) // joins mid-run
+	// The joiner's store shares the records; its observers are its own.
+	joiner := stores(consumer.WithObserver(hook, settledCounter{&joinerSettled}))
+	startMember(t, newMember(joiner, &joinerAssigned, &unused)) // joins mid-run
 	joinStart := time.Now()
 	testenv.Eventually(t, 60*time.Second, "the joining member to get partitions", func() bool { return joinerAssigned.Load() > 0 })
 	leftAtJoin := n - book.Total(t)
@@ -136,10 +154,15 @@ func exactlyOnceThroughRebalances(t *testing.T, ordering kafka.Ordering) {
 		success, duplicate, leftAtJoin, joinerSettled.Load(), left)
 }
 
+// outcomeCounter counts, by outcome, the executions that ended their record:
+// settled, or to be dead-lettered (not those run again later).
 type outcomeCounter struct{ m *sync.Map }
 
-func (h outcomeCounter) OnOutcome(_ *kgo.Record, o consumer.Outcome) {
-	v, _ := h.m.LoadOrStore(o, new(atomic.Int64))
+func (h outcomeCounter) OnOutcome(e consumer.OutcomeEvent) {
+	if e.Action != consumer.Settle && e.Action != consumer.DeadLetter {
+		return
+	}
+	v, _ := h.m.LoadOrStore(e.Outcome, new(atomic.Int64))
 	v.(*atomic.Int64).Add(1)
 }
 
@@ -151,23 +174,41 @@ func (h outcomeCounter) get(o consumer.Outcome) int {
 	return int(v.(*atomic.Int64).Load())
 }
 
+// settledCounter counts the records that ended settled.
 type settledCounter struct{ n *atomic.Int64 }
 
-func (c settledCounter) OnOutcome(*kgo.Record, consumer.Outcome) { c.n.Add(1) }
+func (c settledCounter) OnOutcome(e consumer.OutcomeEvent) {
+	if e.Action == consumer.Settle {
+		c.n.Add(1)
+	}
+}
 
-type dlqCounter struct{ retries, dead atomic.Int64 }
+// dlqCounter keeps the retry and dead-letter events.
+type dlqCounter struct {
+	mu      sync.Mutex
+	retries []consumer.RetryEvent
+	dead    []consumer.DeadLetterEvent
+}
 
-func (h *dlqCounter) OnRetry(*kgo.Record, int, error)         { h.retries.Add(1) }
-func (h *dlqCounter) OnDeadLetter(*kgo.Record, string, error) { h.dead.Add(1) }
-func (h *dlqCounter) OnCommit(string, int32, int64, int64)    {}
-func (h *dlqCounter) OnOutcome(*kgo.Record, consumer.Outcome) {}
+func (h *dlqCounter) OnRetry(e consumer.RetryEvent) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.retries = append(h.retries, e)
+}
+
+func (h *dlqCounter) OnDeadLetter(e consumer.DeadLetterEvent) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.dead = append(h.dead, e)
+}
 
 // A poison record is retried in place and dead-lettered after exactly max
 // attempts; a permanent failure, an undecodable record and a record without a
 // usable key go to the dead-letter topic at once, with headers saying why.
 func TestPoisonAndBadRecordsAreDeadLettered(t *testing.T) {
 	brokers, _ := testenv.Kafka(t, 2, "orders", "orders.dlq")
-	store, book := newStore(t, consumer.WithMaxAttempts(3))
+	hooks := &dlqCounter{}
+	store, book := newStore(t, consumer.WithMaxAttempts(3), consumer.WithObserver(hooks))
 	var poisonRuns, permanentRuns atomic.Int32
 	handler := func(ctx context.Context, ev event, rec *kgo.Record) (string, error) {
 		switch ev.ID {
@@ -180,9 +221,8 @@ func TestPoisonAndBadRecordsAreDeadLettered(t *testing.T) {
 		}
 		return charge(book)(ctx, ev, rec)
 	}
-	hooks := &dlqCounter{}
 	c, err := kafka.NewTyped(store, groupOpts(brokers, "orders-svc", "orders"), decodeEvent, handler,
-		kafka.WithBackoff(5*time.Millisecond, 20*time.Millisecond), kafka.WithHooks(hooks))
+		kafka.WithBackoff(5*time.Millisecond, 20*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,6 +261,10 @@ func TestPoisonAndBadRecordsAreDeadLettered(t *testing.T) {
 		"declined": {"ERROR", "PERMANENT", "1", "4", "card declined"},
 		"":         {"ERROR", "NO_KEY", "0", "5", "no usable idempotency key"},
 	}
+	events := map[string]struct{ kind, offset, errText string }{}
+	for key, w := range want {
+		events[key] = struct{ kind, offset, errText string }{w.kind, w.offset, w.errText}
+	}
 	for i, d := range dead {
 		key := header(d, kafka.HeaderKey)
 		w, ok := want[key]
@@ -233,8 +277,26 @@ func TestPoisonAndBadRecordsAreDeadLettered(t *testing.T) {
 		}
 		delete(want, key)
 	}
-	if hooks.dead.Load() != 4 || hooks.retries.Load() != 2 {
-		t.Fatalf("hooks: %d dead letters, %d retries; want 4 and 2", hooks.dead.Load(), hooks.retries.Load())
+	// The observers were told of each with the record's coordinates and the reason.
+	hooks.mu.Lock()
+	defer hooks.mu.Unlock()
+	if len(hooks.dead) != 4 || len(hooks.retries) != 2 {
+		t.Fatalf("observers: %d dead letters, %d retries; want 4 and 2", len(hooks.dead), len(hooks.retries))
+	}
+	for _, e := range hooks.dead {
+		w, ok := events[string(e.Key)]
+		if !ok || e.Source != consumer.SourceKafka || e.Topic != "orders" || e.Partition != 0 ||
+			strconv.FormatInt(e.Offset, 10) != w.offset || e.Kind != w.kind || e.Destination != "orders.dlq" ||
+			e.Err == nil || !strings.Contains(e.Err.Error(), w.errText) {
+			t.Errorf("dead-letter event %+v, want for key %q kind %s offset %s error ~%q", e, e.Key, w.kind, w.offset, w.errText)
+		}
+		delete(events, string(e.Key))
+	}
+	for i, e := range hooks.retries {
+		if e.Key != "poison" || e.Topic != "orders" || e.Offset != 1 || e.Attempt != i+1 || e.Destination != "" ||
+			e.Kind != consumer.KindHandler {
+			t.Errorf("retry event %d: %+v, want attempt %d of poison at offset 1", i, e, i+1)
+		}
 	}
 }
 

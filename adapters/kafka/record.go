@@ -170,7 +170,7 @@ func (c *Consumer[V, T]) start(r *record[V]) {
 		go c.deadLetter(r, kind, 0, consumer.Error, r.bad)
 		return
 	}
-	ctx := consumer.ContextWithCarrier(r.p.ctx, headers(r.rec.Headers))
+	ctx := messageContext(r.p.ctx, r.rec)
 	err := c.pipe.Submit(ctx, consumer.PipelineItem[T]{
 		Key: r.key, Payload: r.rec.Value,
 		Run: func(hctx context.Context) (T, error) {
@@ -203,7 +203,6 @@ func (c *Consumer[V, T]) done(r *record[V], res consumer.Result[T]) {
 	}
 	switch res.Action() {
 	case consumer.Settle:
-		c.onOutcome(r.rec, res.Outcome)
 		c.finish(r, true)
 	case consumer.DeadLetter:
 		go c.deadLetter(r, consumer.DeadLetterKind(res.Err), res.Attempt, res.Outcome, res.Err)
@@ -217,12 +216,9 @@ func (c *Consumer[V, T]) done(r *record[V], res consumer.Result[T]) {
 		} else {
 			r.retries++
 			n = r.retries
-			c.onRetry(r.rec, r.retries, res.Err)
 			delay := retry.Backoff(c.cfg.backoffBase, c.cfg.backoffMax, n)
-			consumer.Observe(c.s, func(h consumer.RetryHook) {
-				h.OnRetry(consumer.RetryEvent{Source: "kafka", Scope: c.s.Scope, Key: r.key, Attempt: res.Attempt,
-					Delay: delay, Kind: consumer.ErrorKind(res.Err), Err: res.Err})
-			})
+			c.reportRetry(consumer.RetryEvent{Key: r.key, Origin: origin(r.rec), Attempt: res.Attempt, Delay: delay,
+				Kind: consumer.ErrorKind(res.Err), Err: res.Err})
 			c.later(r, delay)
 			return
 		}

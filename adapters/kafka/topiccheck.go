@@ -105,7 +105,7 @@ func (c *Consumer[V, T]) stopTopic(e *DeadLetterTopicError, parts []int32) {
 	c.cl.PauseFetchTopics(e.Topic)
 	c.log.Error("kafka: topic stopped: none of its records is consumed until its dead-letter topic can be used",
 		"topic", e.Topic, "partitions", fmt.Sprint(parts), "dlq", e.DeadLetter, "err", e.Error(), "recheck_every", recheckEvery)
-	c.onTopicStopped(e.Topic, e)
+	c.reportPause(e.Topic, e)
 }
 
 // resumeTopic resumes a stopped topic whose dead-letter topic can be used now.
@@ -116,7 +116,7 @@ func (c *Consumer[V, T]) resumeTopic(topic string) {
 	c.mu.Unlock()
 	c.cl.ResumeFetchTopics(topic)
 	c.log.Info("kafka: topic resumed: its dead-letter topic can be used now", "topic", topic, "dlq", c.cfg.deadLetter(topic))
-	c.onTopicResumed(topic)
+	c.reportPause(topic, nil)
 }
 
 // rechecker checks the stopped topics' dead-letter topics every recheckEvery

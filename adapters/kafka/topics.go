@@ -12,7 +12,7 @@ import (
 )
 
 // ErrNoDeadLetterTopic is matched (errors.Is) by the error Run returns, and by the
-// error a TopicStopHook is told, when a consumed topic's dead-letter topic does not
+// error of the consumer.PauseEvent observers are told, when a consumed topic's dead-letter topic does not
 // exist and WithCreateDeadLetterTopics is not given.
 var ErrNoDeadLetterTopic = errors.New("kafka: dead-letter topic does not exist")
 

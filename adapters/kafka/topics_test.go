@@ -134,12 +134,14 @@ func TestDeadLetterTopicCreationRefused(t *testing.T) {
 
 // With kgo.ConsumeRegex, a topic that appears later is checked when its
 // partitions are first assigned: without a dead-letter topic it is stopped (an
-// error logged, TopicStopHook told) and none of its records runs, while the
-// other topics go on; it resumes once its dead-letter topic exists. A
-// dead-letter topic the patterns would consume is refused (and not created).
+// error logged, the store's observers told: consumer.PauseHook) and none of its
+// records runs, while the other topics go on; it resumes once its dead-letter
+// topic exists. A dead-letter topic the patterns would consume is refused (and not
+// created).
 func TestRegexTopicWithoutDeadLetterTopicStops(t *testing.T) {
 	brokers, _ := testenv.Kafka(t, 1, "events.a", "events.a.dlq")
-	store, _ := newStore(t)
+	stops := newStopWatch()
+	store, _ := newStore(t, consumer.WithObserver(stops))
 	var mu sync.Mutex
 	runs := map[string]int{}
 	handler := func(_ context.Context, ev event, rec *kgo.Record) (string, error) {
@@ -156,11 +158,10 @@ func TestRegexTopicWithoutDeadLetterTopicStops(t *testing.T) {
 		defer mu.Unlock()
 		return runs[key]
 	}
-	stops := &stopWatch{stopped: make(chan stopEvent, 4), resumed: make(chan string, 4)}
 	logs := &logWatch{}
 	opts := append(groupOpts(brokers, "events-svc", `^events\.[a-z]+$`), kgo.ConsumeRegex(),
 		kgo.MetadataMinAge(50*time.Millisecond), kgo.MetadataMaxAge(200*time.Millisecond)) // find new topics quickly
-	c, err := kafka.NewTyped(store, opts, decodeEvent, handler, kafka.WithHooks(stops), kafka.WithLogger(logs.logger()))
+	c, err := kafka.NewTyped(store, opts, decodeEvent, handler, kafka.WithLogger(logs.logger()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,8 +219,8 @@ func TestRegexTopicWithoutDeadLetterTopicStops(t *testing.T) {
 // topic is created at its first assignment, unless the patterns would consume it.
 func TestRegexCreatesDeadLetterTopicsOutsideThePatterns(t *testing.T) {
 	brokers, _ := testenv.Kafka(t, 1, "jobs.a")
-	store, _ := newStore(t)
-	stops := &stopWatch{stopped: make(chan stopEvent, 4), resumed: make(chan string, 4)}
+	stops := newStopWatch()
+	store, _ := newStore(t, consumer.WithObserver(stops))
 	var runs atomic.Int32
 	for _, tc := range []struct {
 		pattern, topic string
@@ -235,7 +236,7 @@ func TestRegexCreatesDeadLetterTopicsOutsideThePatterns(t *testing.T) {
 		c, err := kafka.NewTyped(store, opts, decodeEvent, func(context.Context, event, *kgo.Record) (string, error) {
 			runs.Add(1)
 			return "", consumer.Permanent(errors.New("no worker for it"))
-		}, kafka.WithCreateDeadLetterTopics(1, -1), kafka.WithHooks(stops))
+		}, kafka.WithCreateDeadLetterTopics(1, -1))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -266,10 +267,7 @@ func TestRegexCreatesDeadLetterTopicsOutsideThePatterns(t *testing.T) {
 	}
 }
 
-var (
-	_ kafka.TopicStopHook   = (*stopWatch)(nil)
-	_ kafka.TopicResumeHook = (*stopWatch)(nil)
-)
+var _ consumer.PauseHook = (*stopWatch)(nil)
 
 type stopEvent struct {
 	topic string
@@ -282,8 +280,12 @@ type stopWatch struct {
 	resumed chan string
 }
 
-func (w *stopWatch) OnTopicStopped(topic string, err error) { w.stopped <- stopEvent{topic, err} }
-func (w *stopWatch) OnTopicResumed(topic string)            { w.resumed <- topic }
+func newStopWatch() *stopWatch {
+	return &stopWatch{stopped: make(chan stopEvent, 4), resumed: make(chan string, 4)}
+}
+
+func (w *stopWatch) OnPause(e consumer.PauseEvent)  { w.stopped <- stopEvent{e.Topic, e.Err} }
+func (w *stopWatch) OnResume(e consumer.PauseEvent) { w.resumed <- e.Topic }
 
 func createTopic(t *testing.T, brokers []string, topic string) {
 	t.Helper()

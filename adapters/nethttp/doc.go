@@ -145,7 +145,7 @@
 // plugins) see every guarded request as an execution of source "http"
 // (consumer.SourceHTTP). What a broker adapter would dead-letter (a reused key, a
 // key that failed for good) is answered with a final error here, and its action
-// is labelled "reject" (consumer.ActionLabel).
+// is labelled "reject" by the metric and trace plugins.
 //
 // The first request costs two store round trips (claim and completion), a replay
 // one; `make bench-http` measures them.

@@ -12,6 +12,7 @@ import (
 	"net/http"
 
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/internal/observe"
 )
 
 // Middleware guards HTTP handlers with the Idempotency-Key header. Create it with
@@ -145,7 +146,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	if m.cfg.detach {
 		ctx = context.WithoutCancel(ctx)
 	}
-	ctx = consumer.ContextWithSource(ctx, consumer.SourceHTTP)
+	ctx = observe.WithSource(ctx, consumer.SourceHTTP)
 	var rec *recorder
 	res := consumer.ExecuteIdempotently(ctx, m.store, key, payload, func(hctx context.Context) (StoredResponse, error) {
 		rec = newRecorder(w, m.cfg.passStreaming, m.cfg.maxBuffer)

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/internal/telemetry"
 )
 
 // outcomes records what the store's observers are told of outcomes, as
@@ -20,8 +21,8 @@ type outcomes struct {
 func (o *outcomes) OnOutcome(e consumer.OutcomeEvent) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.got = append(o.got, strings.Join([]string{e.Source, consumer.OutcomeLabel(e.Outcome),
-		consumer.ActionLabel(e.Source, e.Action), consumer.KindLabel(e.Kind)}, "/"))
+	o.got = append(o.got, strings.Join([]string{e.Source, telemetry.OutcomeLabel(e.Outcome),
+		telemetry.ActionLabel(e.Source, e.Action), telemetry.KindLabel(e.Kind)}, "/"))
 }
 
 // The middleware's executions are reported as source http, and a key reused with

@@ -70,14 +70,18 @@ func (g *gateway) charge(ctx context.Context, p PaymentRequested) (Charge, error
 	return Charge{ChargeID: fmt.Sprintf("ch_%s_%d", p.PaymentID, fence), Cents: p.Cents}, nil
 }
 
+// printer is an observer of the store (consumer.WithObserver) that prints how each
+// record ended; the adapter gives each event the record's partition and offset.
 type printer struct{}
 
-func (printer) OnOutcome(rec *kgo.Record, o consumer.Outcome) {
-	fmt.Printf("  partition %d offset %-3d %-10s %s\n", rec.Partition, rec.Offset, o, rec.Key)
+func (printer) OnOutcome(e consumer.OutcomeEvent) {
+	if e.Action == consumer.Settle { // a retry runs again; a dead letter ends in OnDeadLetter
+		fmt.Printf("  partition %d offset %-3d %-10s %s\n", e.Partition, e.Offset, e.Outcome, e.Key)
+	}
 }
 
-func (printer) OnDeadLetter(rec *kgo.Record, dlq string, reason error) {
-	fmt.Printf("  partition %d offset %-3d -> %s: %v\n", rec.Partition, rec.Offset, dlq, reason)
+func (printer) OnDeadLetter(e consumer.DeadLetterEvent) {
+	fmt.Printf("  partition %d offset %-3d -> %s: %v\n", e.Partition, e.Offset, e.Destination, e.Err)
 }
 
 func main() {
@@ -122,7 +126,8 @@ func run() error {
 	// --- the wiring: a store, your kgo options, a handler ---
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
 	defer rdb.Close()
-	store, err := redisstore.NewStore(rdb, consumer.WithScope("payments-service"), consumer.WithLease(30*time.Second))
+	store, err := redisstore.NewStore(rdb, consumer.WithScope("payments-service"), consumer.WithLease(30*time.Second),
+		consumer.WithObserver(printer{}))
 	if err != nil {
 		return err
 	}
@@ -146,7 +151,6 @@ func run() error {
 		return gw.charge(ctx, p)
 	},
 		kafka.WithValueKey(func(p PaymentRequested) (consumer.Key, error) { return consumer.ParseKey("payment:" + p.PaymentID) }),
-		kafka.WithHooks(printer{}),
 		kafka.WithLogger(slog.New(slog.DiscardHandler)),
 	)
 	if err != nil {

@@ -70,14 +70,18 @@ func (l *ledger) count() int {
 	return len(l.charges)
 }
 
-// tally counts what the members did, through the adapter's hooks.
+// tally counts what the members did: an observer of their stores
+// (consumer.WithObserver), told of every execution and every dead letter.
 type tally struct {
 	delivered, success, duplicate, deadLettered atomic.Int64
 }
 
-func (t *tally) OnOutcome(_ *kgo.Record, o consumer.Outcome) {
+func (t *tally) OnOutcome(e consumer.OutcomeEvent) {
+	if e.Action != consumer.Settle { // run again later, or dead-lettered (OnDeadLetter)
+		return
+	}
 	t.delivered.Add(1)
-	switch o {
+	switch e.Outcome {
 	case consumer.Success:
 		t.success.Add(1)
 	case consumer.Duplicate:
@@ -85,7 +89,10 @@ func (t *tally) OnOutcome(_ *kgo.Record, o consumer.Outcome) {
 	}
 }
 
-func (t *tally) OnDeadLetter(*kgo.Record, string, error) { t.deadLettered.Add(1) }
+func (t *tally) OnDeadLetter(consumer.DeadLetterEvent) {
+	t.delivered.Add(1)
+	t.deadLettered.Add(1)
+}
 
 func main() {
 	n := flag.Int("orders", 1000, "number of order events")
@@ -143,6 +150,7 @@ func run(n int, dupShare float64) error {
 	}
 	book := &ledger{charges: make(map[string]int)}
 	var tl tally
+	storeOpts = append(storeOpts, consumer.WithObserver(&tl))
 	var takenOver atomic.Int64
 	decode := func(rec *kgo.Record) (order, error) {
 		var o order
@@ -179,7 +187,7 @@ func run(n int, dupShare float64) error {
 			kgo.HeartbeatInterval(200 * time.Millisecond),
 			kgo.RebalanceTimeout(3 * time.Second),
 			kgo.FetchMaxWait(100 * time.Millisecond),
-		}, decode, charge, kafka.WithHooks(&tl), kafka.WithMaxPollRecords(100), kafka.WithLogger(quiet),
+		}, decode, charge, kafka.WithMaxPollRecords(100), kafka.WithLogger(quiet),
 			kafka.WithShutdownGrace(0))
 	}
 

@@ -65,20 +65,22 @@ func (w *warehouse) fulfil(ctx context.Context, o Order) (Shipment, error) {
 	return Shipment{Tracking: fmt.Sprintf("TRK-%s-%d", o.OrderID, info.Fence)}, nil
 }
 
+// report counts what the worker did: an observer of its store
+// (consumer.WithObserver), told of every delivery's outcome, retry and dead letter.
 type report struct{ success, duplicate, retried, dead atomic.Int64 }
 
-func (r *report) OnOutcome(_ amqp091.Delivery, o consumer.Outcome) {
-	switch o {
+func (r *report) OnOutcome(e consumer.OutcomeEvent) {
+	switch e.Outcome {
 	case consumer.Success:
 		r.success.Add(1)
 	case consumer.Duplicate:
 		r.duplicate.Add(1)
 	}
 }
-func (r *report) OnRetry(amqp091.Delivery, int, string, error) { r.retried.Add(1) }
-func (r *report) OnDeadLetter(d amqp091.Delivery, reason string) {
+func (r *report) OnRetry(consumer.RetryEvent) { r.retried.Add(1) }
+func (r *report) OnDeadLetter(e consumer.DeadLetterEvent) {
 	r.dead.Add(1)
-	fmt.Printf("  dead-lettered %s: %s\n", d.MessageId, reason)
+	fmt.Printf("  dead-lettered %s (delivery %d): %v\n", e.Key, e.DeliveryTag, e.Err)
 }
 
 func main() {
@@ -125,19 +127,19 @@ func run(n int, queue string) error {
 	// --- the wiring: a store, a topology, a handler ---
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
 	defer rdb.Close()
-	store, err := redisstore.NewStore(rdb, consumer.WithScope("fulfilment"))
+	rep := &report{}
+	store, err := redisstore.NewStore(rdb, consumer.WithScope("fulfilment"), consumer.WithObserver(rep))
 	if err != nil {
 		return err
 	}
 	wh := &warehouse{reserved: map[string]int{}}
-	rep := &report{}
 	decode := func(d amqp091.Delivery) (Order, error) {
 		var o Order
 		return o, json.Unmarshal(d.Body, &o)
 	}
 	worker, err := idemamqp.NewTypedWorker(store, url, topo, decode,
 		func(ctx context.Context, o Order, _ amqp091.Delivery) (Shipment, error) { return wh.fulfil(ctx, o) },
-		idemamqp.WithPrefetch(50), idemamqp.WithConcurrency(8), idemamqp.WithHooks(rep),
+		idemamqp.WithPrefetch(50), idemamqp.WithConcurrency(8),
 		idemamqp.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		return err

@@ -1,9 +1,9 @@
 // Package observertest drives an observer with every kind of event idemkit
 // reports, carrying every label value those events can take, and checks the
 // labels an observer made of them against the one vocabulary,
-// consumer.LabelValues. The tests of the metric and trace plugins (contrib/prometheus,
-// contrib/otel) share it, so that both are held to the same events and the same
-// spelling.
+// telemetry.LabelValues. The tests of the metric and trace plugins
+// (contrib/idemprom, contrib/idemotel) share it, so that both are held to the same
+// events and the same spelling.
 package observertest
 
 import (
@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/internal/observe"
+	"github.com/idemkit/idemkit/internal/telemetry"
 	"github.com/idemkit/idemkit/store/memory"
 )
 
@@ -29,7 +31,7 @@ const lease = 60 * time.Millisecond
 
 // EveryEvent makes the observers obs see every kind of event, through real executions on
 // memory stores (scope Scope) and, for what only adapters report, through the
-// hooks as the adapters call them:
+// hooks as the adapters call them (internal/observe):
 //
 //   - executions of every source (execute, pipeline, kafka, amqp, http through
 //     the HTTP middleware itself, replay) with every outcome and action, and the
@@ -41,7 +43,8 @@ const lease = 60 * time.Millisecond
 //   - claims answered claimed, duplicate, in_progress, conflict and error; settle
 //     calls; renewals, and one lost lease;
 //   - retries, dead letters (with the upper-case kinds adapters write: PERMANENT,
-//     NO_KEY, UNDECODABLE, and one body-less copy), commits and acknowledgements.
+//     NO_KEY, UNDECODABLE, and one body-less copy), commits (and one failed
+//     commit), acknowledgements, and a topic paused and resumed.
 func EveryEvent(t testing.TB, obs ...consumer.Observer) {
 	t.Helper()
 	ctx := context.Background()
@@ -128,12 +131,12 @@ func executions(ctx context.Context, t testing.TB, s consumer.Store) {
 	want(t, "not run", rs[1], consumer.Error, consumer.KindNotRun)
 }
 
-// sources runs, as the HTTP middleware and replay do (consumer.ContextWithSource),
-// what they answer and what they reject.
+// sources runs, as the HTTP middleware and replay do (observe.WithSource), what
+// they answer and what they reject.
 func sources(ctx context.Context, t testing.TB, s consumer.Store) {
 	ok := func(context.Context) (int, error) { return 1, nil }
 	for _, src := range []string{consumer.SourceHTTP, consumer.SourceReplay} {
-		sctx := consumer.ContextWithSource(ctx, src)
+		sctx := observe.WithSource(ctx, src)
 		key := consumer.Key(src + "-1")
 		want(t, src, consumer.ExecuteIdempotently(sctx, s, key, []byte("a"), ok), consumer.Success, "")
 		want(t, src+" conflict", consumer.ExecuteIdempotently(sctx, s, key, []byte("b"), ok), consumer.Error, consumer.KindConflict)
@@ -188,28 +191,47 @@ func leaseLost(ctx context.Context, t testing.TB, s consumer.Store) {
 	want(t, "lease lost", r, consumer.Error, consumer.KindLeaseLost)
 }
 
-// adapterEvents reports what the broker adapters report, as they do.
+// Origins of the adapter events adapterEvents reports.
+var (
+	kafkaOrigin = consumer.Origin{Topic: "orders", Partition: 0, Offset: 9}
+	amqpOrigin  = consumer.Origin{Queue: "orders", DeliveryTag: 4}
+)
+
+// adapterEvents reports to the observers of s what the broker adapters report, as they do.
 func adapterEvents(s consumer.Settings) {
-	consumer.Observe(s, func(h consumer.RetryHook) {
-		h.OnRetry(consumer.RetryEvent{Source: consumer.SourceKafka, Scope: s.Scope, Key: "k", Attempt: 1,
+	obs := s.Observers
+	observe.Each(obs, func(h consumer.RetryHook) {
+		h.OnRetry(consumer.RetryEvent{Source: consumer.SourceKafka, Scope: s.Scope, Key: "k", Origin: kafkaOrigin, Attempt: 1,
 			Kind: consumer.ErrorKind(errors.New("reset")), Delay: time.Second})
-		h.OnRetry(consumer.RetryEvent{Source: consumer.SourceAMQP, Scope: s.Scope, Key: "k", Attempt: 1,
-			Kind: consumer.ErrorKind(&consumer.StoreError{Op: "begin", Err: errors.New("refused")}), Delay: time.Second})
+		h.OnRetry(consumer.RetryEvent{Source: consumer.SourceAMQP, Scope: s.Scope, Key: "k", Origin: amqpOrigin, Attempt: 1,
+			Kind: consumer.ErrorKind(&consumer.StoreError{Op: "begin", Err: errors.New("refused")}), Delay: time.Second,
+			Destination: "orders.retry.1s"})
 	})
-	consumer.Observe(s, func(h consumer.DeadLetterHook) {
+	observe.Each(obs, func(h consumer.DeadLetterHook) {
 		for _, kind := range []string{consumer.DeadLetterKind(consumer.Permanent(errors.New("declined"))),
 			consumer.DeadLetterKind(&consumer.ExhaustedError{Attempts: 3}), "NO_KEY", "UNDECODABLE"} {
-			h.OnDeadLetter(consumer.DeadLetterEvent{Source: consumer.SourceKafka, Scope: s.Scope, Key: "k", Kind: kind,
-				Destination: "orders.dlq"})
+			h.OnDeadLetter(consumer.DeadLetterEvent{Source: consumer.SourceKafka, Scope: s.Scope, Key: "k", Origin: kafkaOrigin,
+				Kind: kind, Err: errors.New("why"), Destination: "orders.dlq"})
 		}
-		h.OnDeadLetter(consumer.DeadLetterEvent{Source: consumer.SourceAMQP, Scope: s.Scope, Key: "k", BodyLess: true,
-			Kind: consumer.DeadLetterKind(consumer.ErrPayloadConflict), Destination: "orders.dlq"})
+		h.OnDeadLetter(consumer.DeadLetterEvent{Source: consumer.SourceAMQP, Scope: s.Scope, Key: "k", Origin: amqpOrigin,
+			BodyLess: true, Kind: consumer.DeadLetterKind(consumer.ErrPayloadConflict), Err: consumer.ErrPayloadConflict,
+			Destination: "orders.dlq"})
 	})
-	consumer.Observe(s, func(h consumer.CommitHook) {
-		h.OnCommit(consumer.CommitEvent{Source: consumer.SourceKafka, Scope: s.Scope, Topic: "orders", Partition: 0, Offset: 9, Lag: 3})
+	observe.Each(obs, func(h consumer.CommitHook) {
+		h.OnCommit(consumer.CommitEvent{Source: consumer.SourceKafka, Scope: s.Scope, Origin: kafkaOrigin, Lag: 3})
+		// A failed commit: neither a commit nor a lag.
+		h.OnCommit(consumer.CommitEvent{Source: consumer.SourceKafka, Scope: s.Scope,
+			Origin: consumer.Origin{Topic: "orders", Partition: 0, Offset: 12}, Lag: -1, Err: errors.New("NOT_COORDINATOR")})
 	})
-	consumer.Observe(s, func(h consumer.AckHook) {
-		h.OnAck(consumer.AckEvent{Source: consumer.SourceAMQP, Scope: s.Scope, Queue: "orders", Messages: 2})
+	observe.Each(obs, func(h consumer.AckHook) {
+		h.OnAck(consumer.AckEvent{Source: consumer.SourceAMQP, Scope: s.Scope, Origin: amqpOrigin, Messages: 2})
+	})
+	observe.Each(obs, func(h consumer.PauseHook) {
+		e := consumer.PauseEvent{Source: consumer.SourceKafka, Scope: s.Scope, Origin: consumer.Origin{Topic: "orders"},
+			Err: errors.New("dead-letter topic missing")}
+		h.OnPause(e)
+		e.Err = nil
+		h.OnResume(e)
 	})
 }
 
@@ -242,7 +264,7 @@ func (u *unreachable) Begin(_ context.Context, claims []consumer.Claim) []consum
 	return out
 }
 
-// Labels checks the labels of an observer's series against consumer.LabelValues
+// Labels checks the labels of an observer's series against telemetry.LabelValues
 // and remembers which values it saw.
 type Labels struct {
 	t     testing.TB
@@ -252,7 +274,7 @@ type Labels struct {
 
 // NewLabels returns a Labels that fails t.
 func NewLabels(t testing.TB) *Labels {
-	return &Labels{t: t, vocab: consumer.LabelValues(), seen: map[string]map[string]bool{}}
+	return &Labels{t: t, vocab: telemetry.LabelValues(), seen: map[string]map[string]bool{}}
 }
 
 // Check fails the test for every label of one series (named by where) that the

@@ -5,7 +5,7 @@
 // Each ```go block becomes a package of its own in a temporary directory inside
 // the module whose imports it needs (the root module; store/dynamodb for the
 // DynamoDB store; internal/bench/plugins, which requires both observability
-// plugins, for contrib/prometheus and contrib/otel), built and vetted there with
+// plugins, for contrib/idemprom and contrib/idemotel), built and vetted there with
 // GOWORK=off. A block of declarations is a file as it stands; a block of
 // statements is the body of a function func(ctx context.Context) error. Packages
 // are imported by the names the snippets use (the table in imports_test.go), and

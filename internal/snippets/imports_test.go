@@ -31,9 +31,9 @@ var imports = map[string]string{
 	"dynamodb":    "github.com/idemkit/idemkit/store/dynamodb",
 	"aws":         "github.com/aws/aws-sdk-go-v2/aws",
 	"awsdynamodb": "github.com/aws/aws-sdk-go-v2/service/dynamodb",
-	"idemprom":    "github.com/idemkit/idemkit/contrib/prometheus",
+	"idemprom":    "github.com/idemkit/idemkit/contrib/idemprom",
 	"prometheus":  "github.com/prometheus/client_golang/prometheus",
-	"idemotel":    "github.com/idemkit/idemkit/contrib/otel",
+	"idemotel":    "github.com/idemkit/idemkit/contrib/idemotel",
 }
 
 // modules names, for import paths outside the root module's requirements, the
@@ -43,7 +43,7 @@ var modules = map[string]string{
 	"github.com/idemkit/idemkit/store/dynamodb": "store/dynamodb",
 	"github.com/aws/aws-sdk-go-v2":              "store/dynamodb",
 	// the one module that requires both observability plugins
-	"github.com/idemkit/idemkit/contrib/prometheus":  "internal/bench/plugins",
-	"github.com/idemkit/idemkit/contrib/otel":        "internal/bench/plugins",
+	"github.com/idemkit/idemkit/contrib/idemprom":    "internal/bench/plugins",
+	"github.com/idemkit/idemkit/contrib/idemotel":    "internal/bench/plugins",
 	"github.com/prometheus/client_golang/prometheus": "internal/bench/plugins",
 }

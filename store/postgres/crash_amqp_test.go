@@ -14,7 +14,6 @@ import (
 	"time"
 
 	idemamqp "github.com/idemkit/idemkit/adapters/amqp"
-	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/internal/testenv"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 )
@@ -58,7 +57,7 @@ func runPaymentsWorker(ctx context.Context, point, storeKind, url, queue, redisA
 			var p payment
 			return p, json.Unmarshal(d.Body, &p)
 		}, func(ctx context.Context, p payment, _ amqp091.Delivery) (string, error) { return ch.charge(ctx, p) },
-		idemamqp.WithHooks(ackAfterComplete{ch}), idemamqp.WithShutdownGrace(time.Second))
+		idemamqp.WithShutdownGrace(time.Second))
 	if err != nil {
 		return err
 	}
@@ -66,12 +65,6 @@ func runPaymentsWorker(ctx context.Context, point, storeKind, url, queue, redisA
 	defer stop()
 	return w.Run(ctx)
 }
-
-// ackAfterComplete kills the worker once a delivery is completed in the store,
-// before it is acked.
-type ackAfterComplete struct{ c *charger }
-
-func (a ackAfterComplete) OnOutcome(_ amqp091.Delivery, o consumer.Outcome) { a.c.completed(o) }
 
 // The crash-point matrix through the RabbitMQ worker: as TestCrashMatrixKafka, the
 // payments on a queue.

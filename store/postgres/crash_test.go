@@ -93,7 +93,8 @@ func newCharger(ctx context.Context, point, storeKind, redisAddr, prefix, schema
 	// soon, and long enough that a survivor starved of CPU (make test-loaded) renews
 	// its own in time: with 1s, the partitioned store's renewals came late there and
 	// keys ran out of attempts on lease losses alone (dead-lettered after running).
-	opts := []consumer.Option{consumer.WithPrefix(prefix), consumer.WithScope("payments"), consumer.WithLease(4 * time.Second)}
+	opts := []consumer.Option{consumer.WithPrefix(prefix), consumer.WithScope("payments"), consumer.WithLease(4 * time.Second),
+		consumer.WithObserver(c)}
 	switch storeKind {
 	case "postgres":
 		c.store, err = NewStore(c.pool, opts...)
@@ -135,10 +136,12 @@ func (c *charger) charge(ctx context.Context, p payment) (string, error) {
 	return v, err
 }
 
-// completed is told of every outcome, after the store recorded it and before the
-// broker is told (offset commit, ack).
-func (c *charger) completed(o consumer.Outcome) {
-	if o == consumer.Success && c.hit(crashAfterComplete) {
+// OnOutcome is told of every outcome (the charger observes its store), after the
+// store recorded it and before the broker is told (offset commit, ack): at
+// crashAfterComplete the member dies once a record is completed in the store,
+// before its offset is committed or its delivery acked.
+func (c *charger) OnOutcome(e consumer.OutcomeEvent) {
+	if e.Outcome == consumer.Success && c.hit(crashAfterComplete) {
 		die()
 	}
 }
@@ -157,8 +160,7 @@ func runPaymentsMember(ctx context.Context, point, storeKind, brokers, redisAddr
 		func(rec *kgo.Record) (payment, error) {
 			var p payment
 			return p, json.Unmarshal(rec.Value, &p)
-		}, func(ctx context.Context, p payment, _ *kgo.Record) (string, error) { return ch.charge(ctx, p) },
-		kafka.WithHooks(afterComplete{ch}))
+		}, func(ctx context.Context, p payment, _ *kgo.Record) (string, error) { return ch.charge(ctx, p) })
 	if err != nil {
 		return err
 	}
@@ -166,12 +168,6 @@ func runPaymentsMember(ctx context.Context, point, storeKind, brokers, redisAddr
 	defer stop()
 	return c.Run(ctx)
 }
-
-// afterComplete kills the member once a record is completed in the store, before
-// its offset is committed.
-type afterComplete struct{ c *charger }
-
-func (a afterComplete) OnOutcome(_ *kgo.Record, o consumer.Outcome) { a.c.completed(o) }
 
 // The crash-point matrix through the Kafka adapter: 1,000 payments (a fifth
 // published twice) charged by a member process that is SIGKILLed at one of four

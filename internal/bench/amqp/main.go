@@ -36,9 +36,14 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// settled counts the deliveries the worker settled: an observer of its store.
 type settled struct{ n atomic.Int64 }
 
-func (s *settled) OnOutcome(amqp091.Delivery, consumer.Outcome) { s.n.Add(1) }
+func (s *settled) OnOutcome(e consumer.OutcomeEvent) {
+	if e.Action == consumer.Settle {
+		s.n.Add(1)
+	}
+}
 
 func main() {
 	n := flag.Int("n", 20000, "messages per lane")
@@ -270,14 +275,15 @@ func (b *bench) worker(queue string, wait time.Duration, stallID string, stall t
 // workerUntil runs the worker over queue until every message settled, and
 // returns when until of them had.
 func (b *bench) workerUntil(queue string, wait time.Duration, stallID string, stall time.Duration, until int64) (time.Duration, error) {
-	store, err := redisstore.NewStore(b.rdb, consumer.WithPrefix("idemkit-bench-amqp-"+queue), consumer.WithScope("bench"))
+	done := &settled{}
+	store, err := redisstore.NewStore(b.rdb, consumer.WithPrefix("idemkit-bench-amqp-"+queue), consumer.WithScope("bench"),
+		consumer.WithObserver(done))
 	if err != nil {
 		return 0, err
 	}
 	if err := store.Load(context.Background()); err != nil {
 		return 0, err
 	}
-	done := &settled{}
 	w, err := idemamqp.NewWorker(store, b.url, idemamqp.Topology{Queue: queue},
 		func(ctx context.Context, d amqp091.Delivery) (struct{}, error) {
 			dur := wait
@@ -294,7 +300,7 @@ func (b *bench) workerUntil(queue string, wait time.Duration, stallID string, st
 			}
 			return struct{}{}, nil
 		},
-		idemamqp.WithPrefetch(256), idemamqp.WithHooks(done), idemamqp.WithDeclare(false),
+		idemamqp.WithPrefetch(256), idemamqp.WithDeclare(false),
 		idemamqp.WithShutdownGrace(stall+time.Second))
 	if err != nil {
 		return 0, err

@@ -36,9 +36,14 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
+// counter counts the records the adapter settled: an observer of its store.
 type counter struct{ n atomic.Int64 }
 
-func (o *counter) OnOutcome(*kgo.Record, consumer.Outcome) { o.n.Add(1) }
+func (o *counter) OnOutcome(e consumer.OutcomeEvent) {
+	if e.Action == consumer.Settle {
+		o.n.Add(1)
+	}
+}
 
 func main() {
 	n := flag.Int("n", 20000, "records per lane")
@@ -222,8 +227,8 @@ func (b *bench) handRolled() error {
 	})
 }
 
-func (b *bench) store(prefix, scope string) (*redisstore.Store, error) {
-	s, err := redisstore.NewStore(b.rdb, consumer.WithPrefix(prefix), consumer.WithScope(scope))
+func (b *bench) store(prefix, scope string, obs ...consumer.Observer) (*redisstore.Store, error) {
+	s, err := redisstore.NewStore(b.rdb, consumer.WithPrefix(prefix), consumer.WithScope(scope), consumer.WithObserver(obs...))
 	if err != nil {
 		return nil, err
 	}
@@ -263,11 +268,11 @@ func (b *bench) adapter(wait time.Duration, stallKey string, stall time.Duration
 
 func (b *bench) adapterUntil(wait time.Duration, stallKey string, stall time.Duration, until int64) (time.Duration, error) {
 	group, prefix := b.fresh("adapter")
-	s, err := b.store(prefix, group)
+	seen := &counter{}
+	s, err := b.store(prefix, group, seen)
 	if err != nil {
 		return 0, err
 	}
-	seen := &counter{}
 	c, err := kafka.New(s, []kgo.Opt{kgo.SeedBrokers(b.brokers...), kgo.ConsumerGroup(group), kgo.ConsumeTopics("bench"),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())},
 		func(ctx context.Context, rec *kgo.Record) (struct{}, error) {
@@ -284,7 +289,7 @@ func (b *bench) adapterUntil(wait time.Duration, stallKey string, stall time.Dur
 				}
 			}
 			return struct{}{}, nil
-		}, kafka.WithHooks(seen), kafka.WithShutdownGrace(stall+time.Second))
+		}, kafka.WithShutdownGrace(stall+time.Second))
 	if err != nil {
 		return 0, err
 	}

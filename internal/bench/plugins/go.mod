@@ -7,8 +7,8 @@ go 1.26.0
 require (
 	github.com/google/uuid v1.6.0
 	github.com/idemkit/idemkit v0.0.0-00010101000000-000000000000
-	github.com/idemkit/idemkit/contrib/otel v0.0.0-00010101000000-000000000000
-	github.com/idemkit/idemkit/contrib/prometheus v0.0.0-00010101000000-000000000000
+	github.com/idemkit/idemkit/contrib/idemotel v0.0.0-00010101000000-000000000000
+	github.com/idemkit/idemkit/contrib/idemprom v0.0.0-00010101000000-000000000000
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/go-redis/v9 v9.23.0
 	go.opentelemetry.io/otel/sdk v1.47.0
@@ -50,6 +50,6 @@ require (
 
 replace (
 	github.com/idemkit/idemkit => ../../..
-	github.com/idemkit/idemkit/contrib/otel => ../../../contrib/otel
-	github.com/idemkit/idemkit/contrib/prometheus => ../../../contrib/prometheus
+	github.com/idemkit/idemkit/contrib/idemotel => ../../../contrib/idemotel
+	github.com/idemkit/idemkit/contrib/idemprom => ../../../contrib/idemprom
 )

@@ -6,10 +6,10 @@
 //   - off: no observer (the reference);
 //   - core only: an observer of every hook that does nothing, so what the core's
 //     reporting costs by itself, whatever the plugin;
-//   - Prometheus: contrib/prometheus, registered on a registry;
-//   - OTel Meter: contrib/otel's Meter on the SDK, aggregating for a manual reader;
+//   - Prometheus: contrib/idemprom, registered on a registry;
+//   - OTel Meter: contrib/idemotel's Meter on the SDK, aggregating for a manual reader;
 //   - Prometheus + OTel Meter, no tracer: both plugins' metrics together;
-//   - both + Tracer, 10% sampled: Prometheus, the Meter and contrib/otel's Tracer
+//   - both + Tracer, 10% sampled: Prometheus, the Meter and contrib/idemotel's Tracer
 //     on the SDK with a parent-based 10% trace-ID-ratio sampler (as services
 //     commonly run), spans through a batch span processor to an exporter that
 //     drops them;
@@ -36,8 +36,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/idemkit/idemkit/consumer"
-	idemotel "github.com/idemkit/idemkit/contrib/otel"
-	idemprom "github.com/idemkit/idemkit/contrib/prometheus"
+	"github.com/idemkit/idemkit/contrib/idemotel"
+	"github.com/idemkit/idemkit/contrib/idemprom"
 	"github.com/idemkit/idemkit/internal/benchkit"
 	"github.com/idemkit/idemkit/internal/testenv"
 	redisstore "github.com/idemkit/idemkit/store/redis"

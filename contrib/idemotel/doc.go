@@ -1,8 +1,7 @@
 // Package idemotel traces and measures idemkit's executions with OpenTelemetry.
 //
-// Import it as
-//
-//	idemotel "github.com/idemkit/idemkit/contrib/otel"
+// Import it as "github.com/idemkit/idemkit/contrib/idemotel", a module of its own, so
+// that only who imports it gets its dependencies.
 //
 // NewTracer returns a *Tracer and NewMeter a *Meter: observers to install on a
 // store with consumer.WithObserver. Every execution that uses the store reports to
@@ -66,7 +65,7 @@
 // # The producer's trace
 //
 // Adapters put the delivered message's headers in the handler's context
-// (consumer.ContextWithCarrier). The tracer extracts the producer's trace context
+// (consumer.CarrierFromContext reads them). The tracer extracts the producer's trace context
 // from them with the propagator (default W3C trace context and baggage) and adds
 // it to the span as a link: a consumer's work is its own trace, linked to the
 // trace that produced the message, so one slow consumer does not stretch the
@@ -74,8 +73,8 @@
 // trace. WithProducerAsParent(true) makes it the span's parent instead. The
 // producer's baggage, if any, is put in the handler's context.
 //
-// Inject (called by adapters through consumer.InjectTrace for the dead-letter and
-// retry copies they produce) writes the trace context of the given context, that
+// Inject (consumer.TraceHook: adapters call it for the dead-letter copies they
+// produce) writes the trace context of the given context, that
 // of the execution's span when called with the handler's context, into the
 // copy's headers with the same propagator; called with a context without a span,
 // it writes the delivered message's own trace context, if its headers had one.
@@ -87,7 +86,7 @@
 //
 // # Metrics
 //
-// The instruments mirror the Prometheus plugin (contrib/prometheus): the same
+// The instruments mirror the Prometheus plugin (contrib/idemprom): the same
 // names in OpenTelemetry's form, the same attribute names as its label names, so
 // that the same dashboards serve both:
 //
@@ -119,19 +118,18 @@
 //
 // # Labels
 //
-// Attribute values are idemkit's one vocabulary, the table of
-// [consumer.LabelValues], spelled the same in every instrument, in the spans and
-// in the Prometheus plugin:
+// Attribute values are idemkit's one vocabulary, spelled the same in every
+// instrument, in the spans and in the Prometheus plugin (contrib/idemprom):
 //
 //   - scope: the store's scope. WithScopeAttribute(false) drops it.
 //   - source: execute (ExecuteIdempotently, ExecuteBatch), pipeline (or a
 //     Pipeline's WithSource name), kafka, amqp, http, replay.
-//   - outcome: success, duplicate, in_progress, error (consumer.OutcomeLabel).
-//   - action: what the entry point does with the message (consumer.ActionLabel):
+//   - outcome: success, duplicate, in_progress, error.
+//   - action: what the entry point does with the message (consumer.ActionFor):
 //     settle, wait, retry, dead_letter, or reject where the source has no
 //     dead-letter destination (http answers a final error such as 422; replay
 //     leaves the message failed).
-//   - kind: the error's kind (consumer.KindLabel): permanent, conflict, exhausted,
+//   - kind: the error's kind (consumer.ErrorKind): permanent, conflict, exhausted,
 //     lease_lost, store_unavailable, corrupt, undecodable, invalid_key, no_key,
 //     not_run, abandoned, interrupted, panic, config, handler; none without an error; unknown
 //     for anything else. Dead letters' upper-case kinds (PERMANENT, NO_KEY, ...)

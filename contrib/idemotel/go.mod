@@ -1,4 +1,4 @@
-module github.com/idemkit/idemkit/contrib/otel
+module github.com/idemkit/idemkit/contrib/idemotel
 
 go 1.26.0
 

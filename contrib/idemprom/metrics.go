@@ -2,10 +2,10 @@ package idemprom
 
 import (
 	"fmt"
-	"github.com/idemkit/idemkit/internal/telemetry"
 	"time"
 
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/internal/telemetry"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -126,8 +126,8 @@ func New(opts ...Opt) (*Metrics, error) {
 	m.records = newRecords(&c, m.lbl)
 
 	m.sOutcome = telemetry.NewSeries(func(k outcomeKey) prometheus.Counter {
-		return m.outcomes.With(m.lbl.labels("scope", k.scope, "source", k.source, "outcome", consumer.OutcomeLabel(k.outcome),
-			"action", consumer.ActionLabel(k.source, k.action), "kind", k.kind))
+		return m.outcomes.With(m.lbl.labels("scope", k.scope, "source", k.source, "outcome", telemetry.OutcomeLabel(k.outcome),
+			"action", telemetry.ActionLabel(k.source, k.action), "kind", k.kind))
 	})
 	m.sHandler = telemetry.NewSeries(func(k scopeKind) prometheus.Observer {
 		return m.handler.With(m.lbl.labels("scope", k.scope, "kind", k.kind))
@@ -253,8 +253,12 @@ func (m *Metrics) OnDeadLetter(e consumer.DeadLetterEvent) {
 	}
 }
 
-// OnCommit counts a committed offset and sets its partition's lag when known.
+// OnCommit counts a committed offset and sets its partition's lag when known; a
+// failed commit counts for neither.
 func (m *Metrics) OnCommit(e consumer.CommitEvent) {
+	if e.Err != nil {
+		return
+	}
 	m.sCommit.Get(sourceScope{e.Source, e.Topic}).Inc()
 	if e.Lag >= 0 {
 		m.lag.set(e.Topic, e.Partition, e.Lag)
@@ -311,5 +315,5 @@ func (l labeler) kind(k string) string {
 	if !l.keepKind {
 		return ""
 	}
-	return consumer.KindLabel(k)
+	return telemetry.KindLabel(k)
 }

@@ -1,4 +1,4 @@
-module github.com/idemkit/idemkit/contrib/prometheus
+module github.com/idemkit/idemkit/contrib/idemprom
 
 go 1.26.0
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/internal/telemetry"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/baggage"
 	"go.opentelemetry.io/otel/codes"
@@ -15,7 +16,7 @@ import (
 )
 
 // instrumentation names the tracer and the meter.
-const instrumentation = "github.com/idemkit/idemkit/contrib/otel"
+const instrumentation = "github.com/idemkit/idemkit/contrib/idemotel"
 
 // Span attribute keys of idemkit's own.
 const (
@@ -180,7 +181,7 @@ func endWithoutOutcome(p pendingSpan) {
 		return
 	}
 	if p.kind != "" {
-		kind := consumer.KindLabel(p.kind)
+		kind := telemetry.KindLabel(p.kind)
 		p.span.SetAttributes(semconv.ErrorTypeKey.String(kind))
 		p.span.SetStatus(codes.Error, kind)
 	}
@@ -213,7 +214,7 @@ func (t *Tracer) OnOutcome(e consumer.OutcomeEvent) {
 	if found {
 		p.span.SetAttributes(outcomeAttributes(make([]attribute.KeyValue, 0, 4), e)...)
 		if e.Outcome == consumer.Error {
-			p.span.SetStatus(codes.Error, consumer.KindLabel(e.Kind))
+			p.span.SetStatus(codes.Error, telemetry.KindLabel(e.Kind))
 		}
 		p.span.End(trace.WithTimestamp(p.ended))
 		return
@@ -241,22 +242,22 @@ func (t *Tracer) OnOutcome(e consumer.OutcomeEvent) {
 	}
 	_, span := t.tracer.Start(parent, t.name, opts...)
 	if e.Outcome == consumer.Error {
-		span.SetStatus(codes.Error, consumer.KindLabel(e.Kind))
+		span.SetStatus(codes.Error, telemetry.KindLabel(e.Kind))
 	}
 	span.End(trace.WithTimestamp(now))
 }
 
 func outcomeAttributes(attrs []attribute.KeyValue, e consumer.OutcomeEvent) []attribute.KeyValue {
-	attrs = append(attrs, SourceKey.String(e.Source), OutcomeKey.String(consumer.OutcomeLabel(e.Outcome)),
-		ActionKey.String(consumer.ActionLabel(e.Source, e.Action)))
+	attrs = append(attrs, SourceKey.String(e.Source), OutcomeKey.String(telemetry.OutcomeLabel(e.Outcome)),
+		ActionKey.String(telemetry.ActionLabel(e.Source, e.Action)))
 	if e.Kind != "" {
-		attrs = append(attrs, semconv.ErrorTypeKey.String(consumer.KindLabel(e.Kind)))
+		attrs = append(attrs, semconv.ErrorTypeKey.String(telemetry.KindLabel(e.Kind)))
 	}
 	return attrs
 }
 
 // Inject writes the trace context of ctx into a produced copy's headers through
-// set (consumer.TraceHook; adapters call it through consumer.InjectTrace). Given
+// set (consumer.TraceHook; adapters call it for the copies they produce). Given
 // the handler's context it writes the execution's span; given a context without a
 // span, the delivered message's own trace context when its headers have one.
 func (t *Tracer) Inject(ctx context.Context, set func(key, value string)) {

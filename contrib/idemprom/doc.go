@@ -1,8 +1,7 @@
 // Package idemprom exports idemkit's executions as Prometheus metrics.
 //
-// Import it as
-//
-//	idemprom "github.com/idemkit/idemkit/contrib/prometheus"
+// Import it as "github.com/idemkit/idemkit/contrib/idemprom", a module of its own, so
+// that only who imports it gets its dependencies.
 //
 // New returns a *Metrics: an observer to install on a store with
 // consumer.WithObserver, and a prometheus.Collector to register on a registry.
@@ -54,20 +53,19 @@
 //
 // # Labels
 //
-// Label values are idemkit's one vocabulary, the table of [consumer.LabelValues],
-// spelled the same in every metric here, in the OpenTelemetry plugin
-// (contrib/otel) and in its spans:
+// Label values are idemkit's one vocabulary, spelled the same in every metric here,
+// in the OpenTelemetry plugin (contrib/idemotel) and in its spans:
 //
 //   - scope: the store's scope (consumer.WithScope). WithScopeLabel(false) drops it
 //     from every metric.
 //   - source: who ran the execution: execute (ExecuteIdempotently, ExecuteBatch),
 //     pipeline (or a Pipeline's WithSource name), kafka, amqp, http, replay.
-//   - outcome: success, duplicate, in_progress, error (consumer.OutcomeLabel).
-//   - action: what the entry point does with the message (consumer.ActionLabel):
+//   - outcome: success, duplicate, in_progress, error.
+//   - action: what the entry point does with the message (consumer.ActionFor):
 //     settle, wait, retry, dead_letter, or reject where the source has no
 //     dead-letter destination (http answers a final error such as 422; replay
 //     leaves the message failed).
-//   - kind: the error's kind (consumer.KindLabel): permanent, conflict, exhausted,
+//   - kind: the error's kind (consumer.ErrorKind): permanent, conflict, exhausted,
 //     lease_lost, store_unavailable, corrupt, undecodable, invalid_key, no_key,
 //     not_run, abandoned, interrupted, panic, config, handler; none without an error; unknown
 //     for anything else. The dead-letter counter's kinds are the upper-case kinds

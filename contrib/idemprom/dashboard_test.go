@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	idemprom "github.com/idemkit/idemkit/contrib/prometheus"
+	"github.com/idemkit/idemkit/contrib/idemprom"
 	"github.com/prometheus/client_golang/prometheus"
 )
 

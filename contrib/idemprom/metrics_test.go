@@ -10,7 +10,8 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit/consumer"
-	idemprom "github.com/idemkit/idemkit/contrib/prometheus"
+	"github.com/idemkit/idemkit/contrib/idemprom"
+	"github.com/idemkit/idemkit/internal/observe"
 	"github.com/idemkit/idemkit/store/memory"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -200,22 +201,25 @@ func TestAdapterEvents(t *testing.T) {
 	}
 	s := store.Settings()
 	for i := 0; i < 3; i++ {
-		consumer.Observe(s, func(h consumer.RetryHook) {
+		observe.Each(s.Observers, func(h consumer.RetryHook) {
 			h.OnRetry(consumer.RetryEvent{Source: "kafka", Scope: s.Scope, Key: "k", Attempt: i + 1, Kind: consumer.KindHandler})
 		})
 	}
-	consumer.Observe(s, func(h consumer.DeadLetterHook) {
+	observe.Each(s.Observers, func(h consumer.DeadLetterHook) {
 		h.OnDeadLetter(consumer.DeadLetterEvent{Source: "kafka", Scope: s.Scope, Key: "k", Kind: consumer.KindExhausted, Destination: "payments.dlq"})
 		h.OnDeadLetter(consumer.DeadLetterEvent{Source: "amqp", Scope: s.Scope, Key: "j", Kind: consumer.KindPermanent, BodyLess: true})
 	})
-	consumer.Observe(s, func(h consumer.CommitHook) {
-		h.OnCommit(consumer.CommitEvent{Source: "kafka", Topic: "payments", Partition: 3, Offset: 100, Lag: 42})
-		h.OnCommit(consumer.CommitEvent{Source: "kafka", Topic: "payments", Partition: 3, Offset: 120, Lag: 22})
-		h.OnCommit(consumer.CommitEvent{Source: "kafka", Topic: "payments", Partition: 4, Offset: 7, Lag: -1})
+	observe.Each(s.Observers, func(h consumer.CommitHook) {
+		h.OnCommit(consumer.CommitEvent{Source: "kafka", Origin: consumer.Origin{Topic: "payments", Partition: 3, Offset: 100}, Lag: 42})
+		h.OnCommit(consumer.CommitEvent{Source: "kafka", Origin: consumer.Origin{Topic: "payments", Partition: 3, Offset: 120}, Lag: 22})
+		h.OnCommit(consumer.CommitEvent{Source: "kafka", Origin: consumer.Origin{Topic: "payments", Partition: 4, Offset: 7}, Lag: -1})
+		// A failed commit is neither counted nor a lag.
+		h.OnCommit(consumer.CommitEvent{Source: "kafka", Origin: consumer.Origin{Topic: "payments", Partition: 3, Offset: 140}, Lag: -1,
+			Err: errors.New("REBALANCE_IN_PROGRESS")})
 	})
-	consumer.Observe(s, func(h consumer.AckHook) {
-		h.OnAck(consumer.AckEvent{Source: "amqp", Queue: "orders", Messages: 1})
-		h.OnAck(consumer.AckEvent{Source: "amqp", Queue: "orders", Messages: 25})
+	observe.Each(s.Observers, func(h consumer.AckHook) {
+		h.OnAck(consumer.AckEvent{Source: "amqp", Origin: consumer.Origin{Queue: "orders", DeliveryTag: 1}, Messages: 1})
+		h.OnAck(consumer.AckEvent{Source: "amqp", Origin: consumer.Origin{Queue: "orders", DeliveryTag: 26}, Messages: 25})
 	})
 	want := `
 # HELP idemkit_retries_total Retries adapters scheduled.

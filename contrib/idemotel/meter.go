@@ -154,8 +154,8 @@ func NewMeter(options ...MeterOpt) (*Meter, error) {
 	}
 
 	m.sOutcome = telemetry.NewSeries(func(k outcomeKey) *count {
-		return newCount(m.attrs("scope", k.scope, "source", k.source, "outcome", consumer.OutcomeLabel(k.outcome),
-			"action", consumer.ActionLabel(k.source, k.action), "kind", k.kind)...)
+		return newCount(m.attrs("scope", k.scope, "source", k.source, "outcome", telemetry.OutcomeLabel(k.outcome),
+			"action", telemetry.ActionLabel(k.source, k.action), "kind", k.kind)...)
 	})
 	m.sRunning = telemetry.NewSeries(func(scope string) *count { return newCount(m.attrs("scope", scope)...) })
 	m.sLost = telemetry.NewSeries(func(scope string) *count { return newCount(m.attrs("scope", scope)...) })
@@ -243,7 +243,7 @@ func (m *Meter) kind(k string) string {
 	if !m.cfg.kindAttr {
 		return ""
 	}
-	return consumer.KindLabel(k)
+	return telemetry.KindLabel(k)
 }
 
 // Events carry no context; histogram measurements are taken without one.
@@ -314,8 +314,12 @@ func (m *Meter) OnDeadLetter(e consumer.DeadLetterEvent) {
 	}
 }
 
-// OnCommit counts a committed offset and keeps its partition's lag when known.
+// OnCommit counts a committed offset and keeps its partition's lag when known;
+// a failed commit counts for neither.
 func (m *Meter) OnCommit(e consumer.CommitEvent) {
+	if e.Err != nil {
+		return
+	}
 	m.sCommit.Get(sourceDest{e.Source, e.Topic}).n.Add(1)
 	if e.Lag >= 0 {
 		m.lag.set(e.Topic, e.Partition, e.Lag)

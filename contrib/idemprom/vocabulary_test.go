@@ -5,13 +5,13 @@ import (
 	"strings"
 	"testing"
 
-	idemprom "github.com/idemkit/idemkit/contrib/prometheus"
+	"github.com/idemkit/idemkit/contrib/idemprom"
 	"github.com/idemkit/idemkit/internal/observertest"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // Every label value of every metric, after every kind of event, is one of the
-// vocabulary's (consumer.LabelValues): one spelling of each source, outcome,
+// vocabulary's (telemetry.LabelValues): one spelling of each source, outcome,
 // action, kind, answer, op and state across all metrics.
 func TestEveryLabelIsInTheVocabulary(t *testing.T) {
 	states := idemprom.StateCounterFunc(func(context.Context) (map[string]int64, bool, error) {

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/idemkit/idemkit/consumer"
-	idemprom "github.com/idemkit/idemkit/contrib/prometheus"
+	"github.com/idemkit/idemkit/contrib/idemprom"
 	"github.com/idemkit/idemkit/store/memory"
 	"github.com/prometheus/client_golang/prometheus"
 )

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	idemotel "github.com/idemkit/idemkit/contrib/otel"
+	"github.com/idemkit/idemkit/contrib/idemotel"
 	"github.com/idemkit/idemkit/internal/observertest"
 	"go.opentelemetry.io/otel/codes"
 )
@@ -22,7 +22,7 @@ func attrMap(s string) map[string]string {
 }
 
 // Every attribute value of every instrument and span, after every kind of event,
-// is one of the vocabulary's (consumer.LabelValues): one spelling of each source,
+// is one of the vocabulary's (telemetry.LabelValues): one spelling of each source,
 // outcome, action, kind, answer, op and state, the Prometheus plugin's.
 func TestEveryLabelIsInTheVocabulary(t *testing.T) {
 	states := idemotel.StateCounterFunc(func(context.Context) (map[string]int64, bool, error) {

@@ -11,7 +11,8 @@ import (
 	"testing"
 
 	"github.com/idemkit/idemkit/consumer"
-	idemotel "github.com/idemkit/idemkit/contrib/otel"
+	"github.com/idemkit/idemkit/contrib/idemotel"
+	"github.com/idemkit/idemkit/internal/observe"
 	"github.com/idemkit/idemkit/store/memory"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/baggage"
@@ -238,6 +239,12 @@ func TestParentAndLink(t *testing.T) {
 	})
 }
 
+// inject writes the trace context of ctx through set with every consumer.TraceHook
+// of store, as the adapters do for the copies they produce.
+func inject(ctx context.Context, store consumer.Store, set func(key, value string)) {
+	observe.Each(store.Settings().Observers, func(h consumer.TraceHook) { h.Inject(ctx, set) })
+}
+
 func only(t *testing.T, exp *tracetest.InMemoryExporter) tracetest.SpanStub {
 	t.Helper()
 	spans := exp.GetSpans()
@@ -266,7 +273,7 @@ func TestInjectIntoDeadLetterCopies(t *testing.T) {
 		handlerSpan = trace.SpanContextFromContext(hctx)
 		tenant = baggage.FromContext(hctx).Member("tenant").Value()
 		// What an adapter does when it dead-letters the message.
-		consumer.InjectTrace(hctx, store.Settings(), dlq.Set)
+		inject(hctx, store, dlq.Set)
 		return 0, consumer.Permanent(errors.New("poison"))
 	})
 	if r.Outcome != consumer.Error {
@@ -283,7 +290,7 @@ func TestInjectIntoDeadLetterCopies(t *testing.T) {
 	}
 
 	plain := propagation.MapCarrier{}
-	consumer.InjectTrace(msgCtx, store.Settings(), plain.Set)
+	inject(msgCtx, store, plain.Set)
 	if got := trace.SpanContextFromContext(w3c.Extract(context.Background(), plain)); !got.Equal(prod) {
 		t.Fatalf("a copy made from the message's context carries %v, want the producer's %v", got, prod)
 	}

@@ -6,7 +6,7 @@ import (
 	"log"
 
 	"github.com/idemkit/idemkit/consumer"
-	idemotel "github.com/idemkit/idemkit/contrib/otel"
+	"github.com/idemkit/idemkit/contrib/idemotel"
 	"github.com/idemkit/idemkit/store/memory"
 	"go.opentelemetry.io/otel/propagation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"

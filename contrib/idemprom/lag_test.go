@@ -23,7 +23,7 @@ func TestLagBoundedAndExpired(t *testing.T) {
 	reg.MustRegister(m)
 	commit := func(p int32, lag int64) {
 		now = now.Add(time.Second)
-		m.OnCommit(consumer.CommitEvent{Source: "kafka", Topic: "t", Partition: p, Lag: lag})
+		m.OnCommit(consumer.CommitEvent{Source: "kafka", Origin: consumer.Origin{Topic: "t", Partition: p}, Lag: lag})
 	}
 	expect := func(series string) {
 		t.Helper()

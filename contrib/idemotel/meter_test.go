@@ -11,7 +11,8 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit/consumer"
-	idemotel "github.com/idemkit/idemkit/contrib/otel"
+	"github.com/idemkit/idemkit/contrib/idemotel"
+	"github.com/idemkit/idemkit/internal/observe"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -149,19 +150,24 @@ func TestMeterAdapterEvents(t *testing.T) {
 	m, reader := newMeter(t, idemotel.WithLagSeries(2), idemotel.WithLagExpiry(time.Hour))
 	store := memStore(t, consumer.WithScope("payments"), consumer.WithObserver(m))
 	s := store.Settings()
-	consumer.Observe(s, func(h consumer.RetryHook) {
+	observe.Each(s.Observers, func(h consumer.RetryHook) {
 		h.OnRetry(consumer.RetryEvent{Source: "amqp", Scope: s.Scope, Kind: consumer.KindStoreUnavailable})
 	})
-	consumer.Observe(s, func(h consumer.DeadLetterHook) {
+	observe.Each(s.Observers, func(h consumer.DeadLetterHook) {
 		h.OnDeadLetter(consumer.DeadLetterEvent{Source: "kafka", Scope: s.Scope, Kind: consumer.KindExhausted})
 		h.OnDeadLetter(consumer.DeadLetterEvent{Source: "kafka", Scope: s.Scope, Kind: consumer.KindExhausted, BodyLess: true})
 	})
-	consumer.Observe(s, func(h consumer.CommitHook) {
+	observe.Each(s.Observers, func(h consumer.CommitHook) {
 		for p := int32(0); p < 3; p++ {
-			h.OnCommit(consumer.CommitEvent{Source: "kafka", Topic: "payments", Partition: p, Lag: int64(10 + p)})
+			h.OnCommit(consumer.CommitEvent{Source: "kafka", Origin: consumer.Origin{Topic: "payments", Partition: p}, Lag: int64(10 + p)})
 		}
+		// A failed commit is neither counted nor a lag.
+		h.OnCommit(consumer.CommitEvent{Source: "kafka", Origin: consumer.Origin{Topic: "payments", Partition: 2}, Lag: -1,
+			Err: errors.New("REBALANCE_IN_PROGRESS")})
 	})
-	consumer.Observe(s, func(h consumer.AckHook) { h.OnAck(consumer.AckEvent{Source: "amqp", Queue: "q", Messages: 5}) })
+	observe.Each(s.Observers, func(h consumer.AckHook) {
+		h.OnAck(consumer.AckEvent{Source: "amqp", Origin: consumer.Origin{Queue: "q"}, Messages: 5})
+	})
 	c := collect(t, reader)
 	c.expect(t, "idemkit.retries", map[string]float64{"kind=store_unavailable,scope=payments,source=amqp": 1})
 	c.expect(t, "idemkit.dead_letters", map[string]float64{"kind=exhausted,scope=payments,source=kafka": 2})
