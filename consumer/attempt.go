@@ -7,11 +7,11 @@ import (
 )
 
 // The attempt lifecycle, one for both engines (ExecuteIdempotently and
-// ExecuteBatch on one side, the Pipeline the adapters and replay run on on the
-// other): a claimed message becomes an attempt (claimed), its handler runs under
-// the lease keeper (run), and it settles (settle.go: one decision, one
+// ExecuteBatch, which replay runs on; the Pipeline, which the Kafka and RabbitMQ
+// adapters run on): a claimed message becomes an attempt (claimed), its handler
+// runs under the lease keeper (run), and it settles (settle.go: one decision, one
 // resend-while-live rule, one release path). The engines differ only in how they
-// feed attempts in and wait between resends.
+// feed attempts in and how they wait between resends (a sleep, a timer).
 //
 // Panics, on both engines alike:
 //

@@ -131,16 +131,48 @@ type batch[T any] struct {
 	stopAt int
 }
 
-// run validates and fingerprints the items, runs them in passes (a pass claims
-// what is pending; items found in progress are pending again, within
-// WithWaitInProgress), answers repeated keys from their first item, and reports
-// every outcome.
+// run runs the items in passes (a pass claims what is pending; items found in
+// progress are pending again, within WithWaitInProgress), answers repeated keys
+// from their first item, and reports every outcome.
 func (b *batch[T]) run(ctx context.Context) {
 	began := time.Now()
-	sc, s, out := b.sc, b.s, b.out
+	leader, pending := b.prepare()
+	deadline := time.Now().Add(b.s.WaitInProgress)
+	for len(pending) > 0 {
+		waiting := b.pass(ctx, pending)
+		if len(waiting) == 0 || b.s.WaitInProgress == 0 || ctx.Err() != nil {
+			break
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			break
+		}
+		pause := min(left, 250*time.Millisecond)
+		for _, i := range waiting {
+			pause = min(pause, b.out[i].LeaseLeft+5*time.Millisecond)
+		}
+		if !retry.Sleep(ctx, max(pause, 5*time.Millisecond)) {
+			break
+		}
+		pending = waiting
+	}
+	b.answerRepeats(leader)
+	if b.s.watchOutcomes() {
+		took := time.Since(began)
+		for i := range b.out {
+			reportOutcome(ctx, b.s, "execute", &b.out[i], took)
+		}
+	}
+}
+
+// prepare validates and fingerprints the items. It returns, by item, the first
+// item with the same key (-1 for an invalid key), and the items to claim: the
+// first of each valid key.
+func (b *batch[T]) prepare() (leader, pending []int) {
+	sc := b.sc
 	b.fps = sized(sc.fps, len(b.items))
-	leader := sized(sc.leader, len(b.items)) // first item with the same key; -1 when invalid
-	pending := sc.pending[:0]
+	leader = sized(sc.leader, len(b.items))
+	pending = sc.pending[:0]
 	sc.fps, sc.leader = b.fps, leader
 	var seen map[Key]int
 	if len(b.items) > 1 {
@@ -151,15 +183,15 @@ func (b *batch[T]) run(ctx context.Context) {
 	}
 	b.stopAt = len(b.items)
 	for i, it := range b.items {
-		out[i].Key = it.Key
+		b.out[i].Key = it.Key
 		if err := it.Key.Validate(); err != nil {
-			out[i].Outcome, out[i].Err, leader[i] = Error, err, -1
+			b.out[i].Outcome, b.out[i].Err, leader[i] = Error, err, -1
 			if b.bc.stopOnFail {
 				b.stopAt = min(b.stopAt, i)
 			}
 			continue
 		}
-		if s.Fingerprint {
+		if b.s.Fingerprint {
 			b.fps[i] = FingerprintOf(it.Payload)
 		}
 		if first, ok := seen[it.Key]; ok {
@@ -173,33 +205,7 @@ func (b *batch[T]) run(ctx context.Context) {
 		pending = append(pending, i)
 	}
 	sc.pending = pending
-
-	deadline := time.Now().Add(s.WaitInProgress)
-	for len(pending) > 0 {
-		waiting := b.pass(ctx, pending)
-		if len(waiting) == 0 || s.WaitInProgress == 0 || ctx.Err() != nil {
-			break
-		}
-		left := time.Until(deadline)
-		if left <= 0 {
-			break
-		}
-		pause := min(left, 250*time.Millisecond)
-		for _, i := range waiting {
-			pause = min(pause, out[i].LeaseLeft+5*time.Millisecond)
-		}
-		if !retry.Sleep(ctx, max(pause, 5*time.Millisecond)) {
-			break
-		}
-		pending = waiting
-	}
-	b.answerRepeats(leader)
-	if s.watchOutcomes() {
-		took := time.Since(began)
-		for i := range out {
-			reportOutcome(ctx, s, "execute", &out[i], took)
-		}
-	}
+	return leader, pending
 }
 
 // answerRepeats gives every item whose key repeats an earlier item's (leader)
