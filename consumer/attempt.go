@@ -52,15 +52,18 @@ func (e *engine) stoppedBy() error {
 }
 
 // attempt is one claimed message from its claim to its settlement, on either
-// engine: ExecuteBatch keeps a pass's attempts in one slice, the Pipeline one in
-// each of its messages. One goroutine at a time writes it: the one that claimed
-// it, then the one running its handler, then the one settling it.
+// engine: ExecuteBatch keeps a pass's attempts in one slice (reused by later
+// batches: see scratch), the Pipeline one in each of its messages. One goroutine
+// at a time writes it: the one that claimed it, then the one running its
+// handler, then the one settling it.
 type attempt[T any] struct {
 	st    Settlement // the claim; once decided, its settlement
 	lease lease      // kept by the engine's keeper from the claim to the settlement
-	hctx  itemCtx    // the handler's context: a child of the caller's
-	res   *Result[T] // where its result goes (ExecuteBatch's output, a Pipeline message's)
-	mark  *Claim     // a claim to mark counted before the handler starts (see needsMark); nil otherwise
+	// hctx is the handler's context, a child of the caller's; never reused, since a
+	// handler may keep its context.
+	hctx *itemCtx
+	res  *Result[T] // where its result goes (ExecuteBatch's output, a Pipeline message's)
+	mark *Claim     // a claim to mark counted before the handler starts (see needsMark); nil otherwise
 
 	value   T
 	herr    error
@@ -72,16 +75,15 @@ type attempt[T any] struct {
 }
 
 // claimed makes a the attempt of claim c, which the store answered rep: its
-// handler's context derives from parent (the caller's), and its result goes to
-// res. The caller then gives the lease to the keeper.
-func (a *attempt[T]) claimed(parent context.Context, e *engine, c *Claim, rep ClaimReply, res *Result[T]) {
+// handler's context, which a.hctx points to, derives from parent (the caller's),
+// and its result goes to a.res. The caller then gives the lease to the keeper.
+func (a *attempt[T]) claimed(parent context.Context, e *engine, c *Claim, rep ClaimReply) {
 	hctx, cancel := context.WithCancelCause(parent)
 	a.st = Settlement{Key: c.Key, Owner: c.Owner, Ref: rep.Ref, Fence: rep.Fence,
 		Attempts: rep.Attempts, Created: rep.Created, Fingerprint: rep.Fingerprint}
-	a.hctx = itemCtx{Context: hctx, info: Info{Key: c.Key, Scope: e.s.Scope, Attempt: rep.Attempts, Fence: rep.Fence}}
+	*a.hctx = itemCtx{Context: hctx, info: Info{Key: c.Key, Scope: e.s.Scope, Attempt: rep.Attempts, Fence: rep.Fence}}
 	a.lease = lease{claim: &a.st, cancel: cancel} // the claim fields never change while kept
-	a.res = res
-	*res = Result[T]{Key: c.Key, Attempt: rep.Attempts, Fence: rep.Fence}
+	*a.res = Result[T]{Key: c.Key, Attempt: rep.Attempts, Fence: rep.Fence}
 }
 
 // handlerCall is how an engine calls a handler: fn with the item's index and item.
@@ -122,7 +124,7 @@ func (a *attempt[T]) run(ctx context.Context, e *engine, call handlerCall[T]) {
 			return
 		}
 	}
-	var hctx context.Context = &a.hctx
+	var hctx context.Context = a.hctx
 	var end func(error)
 	if e.s.watchHandlers() {
 		hctx, end = startHandler(hctx, e.s, e.source, &a.hctx.info)

@@ -73,12 +73,14 @@ func runsUnguarded(s Settings, rep ClaimReply) bool {
 }
 
 // batchPass runs the handlers of one pass's claimed items under one lease keeper
-// and settles them. Attempt k is item idx[k]; the attempts live in one slice
-// allocated per pass, so a batch costs a few allocations, not a few per message.
+// and settles them. Attempt k is item idx[k]. The attempts live in one slice,
+// reused by later batches, and their handler contexts in one allocated per pass,
+// so a batch costs a few allocations, not a few per message.
 type batchPass[T any] struct {
 	b      *batch[T]
 	e      engine
 	as     []attempt[T]
+	all    []*attempt[T] // &as[k], by k
 	idx    []int
 	stopAt int         // with WithStopAfterFailure, no item after this index starts
 	failed atomic.Bool // with WithStopAfterFailure: a handler failed
@@ -88,20 +90,25 @@ type batchPass[T any] struct {
 // pending and cc), and gives their leases to a keeper of their own.
 func newBatchPass[T any](ctx context.Context, b *batch[T], pending []int, cc *claimCall, run []int) *batchPass[T] {
 	n := len(run)
-	p := &batchPass[T]{b: b, as: make([]attempt[T], n), idx: sized(b.sc.idx, n), stopAt: b.stopAt,
+	as, _ := b.sc.attempts.([]attempt[T]) // zero, as a pass leaves them
+	if cap(as) < n {
+		as = make([]attempt[T], n)
+	}
+	p := &batchPass[T]{b: b, as: as[:n], idx: sized(b.sc.idx, n), stopAt: b.stopAt,
 		e: engine{store: b.store, s: b.s, keep: newKeeper(ctx, b.store, b.s), source: "execute"}}
 	b.sc.idx = p.idx
-	leases := make([]*lease, n)
+	hctxs := make([]itemCtx, n)
+	p.all = make([]*attempt[T], n)
 	for k, j := range run {
 		i, a := pending[j], &p.as[k]
-		p.idx[k] = i
-		a.claimed(ctx, &p.e, &cc.claims[j], cc.reps[j], &b.out[i])
+		p.idx[k], p.all[k] = i, a
+		a.hctx, a.res = &hctxs[k], &b.out[i]
+		a.claimed(ctx, &p.e, &cc.claims[j], cc.reps[j])
 		if needsMark(cc.reps[j], cc.resent, j) {
 			a.mark = &cc.claims[j]
 		}
-		leases[k] = &a.lease
 	}
-	p.e.keep.addAll(leases, cc.sent, func(k int) time.Duration { return cc.reps[run[k]].Lease })
+	p.e.keep.addAll(n, func(k int) *lease { return &p.as[k].lease }, cc.sent, func(k int) time.Duration { return cc.reps[run[k]].Lease })
 	return p
 }
 
@@ -113,6 +120,8 @@ func (p *batchPass[T]) run(ctx context.Context) {
 		for k := range p.as {
 			p.as[k].lease.cancel(context.Canceled)
 		}
+		clear(p.as) // the keeper is stopped: the attempts may serve another batch
+		p.b.sc.attempts = p.as[:0]
 	}()
 	if c := p.b.bc.concurrency; c <= 1 {
 		for k := range p.as {
@@ -131,10 +140,13 @@ func (p *batchPass[T]) run(ctx context.Context) {
 		}
 		wg.Wait()
 	}
-	var rest []*attempt[T] // everything, or under per-message completion what did not start
-	for k := range p.as {
-		if a := &p.as[k]; !p.b.bc.perMessage || !a.started {
-			rest = append(rest, a)
+	rest := p.all // everything, or under per-message completion what did not start
+	if p.b.bc.perMessage {
+		rest = nil
+		for _, a := range p.all {
+			if !a.started {
+				rest = append(rest, a)
+			}
 		}
 	}
 	if len(rest) > 0 {

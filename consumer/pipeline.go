@@ -67,6 +67,7 @@ type pitem[T any] struct {
 	attempt[T]
 	ctx       context.Context // Submit's, for the handler
 	fp        Fingerprint
+	hctx      itemCtx // the handler's context, once claimed
 	result    Result[T]
 	sent      time.Time   // when its claim call was sent
 	unguarded error       // the store's error, when WithFailOpen runs it without a claim
@@ -300,7 +301,8 @@ func (p *Pipeline[T]) claim(ctx context.Context, batch []*pitem[T]) {
 			p.finish(it, Result[T]{Outcome: Error, Key: it.Key, Err: rep.Err})
 		case rep.Claimed():
 			p.mu.Lock() // abandon reads the lease under mu
-			it.claimed(it.ctx, &p.engine, &claims[i], rep, &it.result)
+			it.attempt.hctx, it.res = &it.hctx, &it.result
+			it.claimed(it.ctx, &p.engine, &claims[i], rep)
 			p.mu.Unlock()
 			if needsMark(rep, resent, i) {
 				it.mark = &claims[i]

@@ -13,6 +13,9 @@ type scratch struct {
 	seen    map[Key]int
 	claims  []Claim
 	idx     []int
+	// attempts is the last pass's []attempt[T], for the next pass of the same T
+	// (zeroed; their handler contexts are not in it).
+	attempts any
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 )
 
@@ -114,17 +115,22 @@ func (a *attempt[T]) decide(caller context.Context, e *engine) {
 // An attempt whose settlement is to be sent again is left with resend set (see
 // resendable); the others have their results and are no longer kept.
 func settle[T any](ctx context.Context, e *engine, as []*attempt[T]) {
-	ctx = context.WithoutCancel(ctx) // a handler that ran must be recorded if at all possible
-	var send, release []*attempt[T]
-	for _, a := range as {
-		switch a.verdict {
-		case verdictRecorded:
-			markedComplete(e.s, a.res, a.value, a.herr)
-			e.keep.finish(&a.lease)
-		case verdictRelease:
-			release = append(release, a)
-		default:
-			send = append(send, a)
+	// A handler that ran must be recorded if at all possible.
+	ctx = context.WithoutCancel(ctx)
+	// send is as itself when every attempt is sent, the common case.
+	send, release := as, []*attempt[T](nil)
+	if !allSent(as) {
+		send = nil
+		for _, a := range as {
+			switch a.verdict {
+			case verdictRecorded:
+				markedComplete(e.s, a.res, a.value, a.herr)
+				e.keep.finish(&a.lease)
+			case verdictRelease:
+				release = append(release, a)
+			default:
+				send = append(send, a)
+			}
 		}
 	}
 	if len(send) > 0 {
@@ -133,6 +139,16 @@ func settle[T any](ctx context.Context, e *engine, as []*attempt[T]) {
 	if len(release) > 0 {
 		releaseClaims(ctx, e, release)
 	}
+}
+
+// allSent reports whether every attempt of as is to be sent.
+func allSent[T any](as []*attempt[T]) bool {
+	for _, a := range as {
+		if a.verdict != verdictSend {
+			return false
+		}
+	}
+	return true
 }
 
 // settleDelays are the pauses before sending a settlement again; the last one
@@ -168,12 +184,18 @@ func sendSettlements[T any](ctx context.Context, e *engine, as []*attempt[T]) {
 			}
 		}
 	}()
-	sts := make([]Settlement, len(as))
-	for n, a := range as {
-		sts[n] = a.st
+	buf := settlementBufs.Get().(*[]Settlement)
+	sts := (*buf)[:0]
+	for _, a := range as {
+		sts = append(sts, a.st)
 		a.tries++
 	}
 	reps := settleOnce(ctx, e, sts)
+	if cap(sts) <= 4096 { // stores keep nothing they are given: the buffer serves the next call
+		clear(sts)
+		*buf = sts[:0]
+		settlementBufs.Put(buf)
+	}
 	for n, a := range as {
 		if a.resend = resendable(reps[n].Err, e.keep.live(&a.lease)); a.resend {
 			continue
@@ -189,6 +211,9 @@ func sendSettlements[T any](ctx context.Context, e *engine, as []*attempt[T]) {
 		}
 	}
 }
+
+// settlementBufs hold the settlements of one Settle call.
+var settlementBufs = sync.Pool{New: func() any { return new([]Settlement) }}
 
 // settleOnce is one bounded Settle call, answering every item.
 func settleOnce(ctx context.Context, e *engine, sts []Settlement) []SettleReply {
