@@ -2,7 +2,6 @@ package consumer
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -106,36 +105,94 @@ func execute[T any](ctx context.Context, store Store, items []BatchItem, fn Batc
 	if s.Codec == nil || s.Logger == nil { // a nil store pointer, or a Store that skipped its constructor
 		return failAll[T](items, configError("the store has no settings: make it with its package's NewStore and check the error"))
 	}
+	b := &batch[T]{store: store, s: s, items: items, fn: fn, bc: bc, out: make([]Result[T], len(items))}
 	if s.Locker != nil && !bc.locked {
-		return executeLocked(ctx, store, s, items, fn, bc)
+		b.runLocked(ctx)
+		return b.out
 	}
+	b.sc = getScratch()
+	defer b.sc.put()
+	b.run(ctx)
+	return b.out
+}
+
+// batch is one ExecuteBatch call (or ExecuteIdempotently's batch of one): its
+// input, options and results, and what its passes share.
+type batch[T any] struct {
+	store Store
+	s     Settings
+	sc    *scratch
+	items []BatchItem
+	fps   []Fingerprint // by item, with WithFingerprint
+	fn    BatchHandler[T]
+	bc    batchConfig
+	out   []Result[T]
+	// stopAt: with WithStopAfterFailure, no item after this index starts.
+	stopAt int
+}
+
+// run runs the items in passes (a pass claims what is pending; items found in
+// progress are pending again, within WithWaitInProgress), answers repeated keys
+// from their first item, and reports every outcome.
+func (b *batch[T]) run(ctx context.Context) {
 	began := time.Now()
-	sc := getScratch()
-	defer sc.put()
-	out := make([]Result[T], len(items))
-	fps := sized(sc.fps, len(items))
-	leader := sized(sc.leader, len(items)) // first item with the same key; -1 when invalid
-	pending := sc.pending[:0]
-	sc.fps, sc.leader = fps, leader
+	leader, pending := b.prepare()
+	deadline := time.Now().Add(b.s.WaitInProgress)
+	for len(pending) > 0 {
+		waiting := b.pass(ctx, pending)
+		if len(waiting) == 0 || b.s.WaitInProgress == 0 || ctx.Err() != nil {
+			break
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			break
+		}
+		pause := min(left, 250*time.Millisecond)
+		for _, i := range waiting {
+			pause = min(pause, b.out[i].LeaseLeft+5*time.Millisecond)
+		}
+		if !retry.Sleep(ctx, max(pause, 5*time.Millisecond)) {
+			break
+		}
+		pending = waiting
+	}
+	b.answerRepeats(leader)
+	if b.s.watchOutcomes() {
+		took := time.Since(began)
+		for i := range b.out {
+			reportOutcome(ctx, b.s, "execute", &b.out[i], took)
+		}
+	}
+}
+
+// prepare validates and fingerprints the items. It returns, by item, the first
+// item with the same key (-1 for an invalid key), and the items to claim: the
+// first of each valid key.
+func (b *batch[T]) prepare() (leader, pending []int) {
+	sc := b.sc
+	b.fps = sized(sc.fps, len(b.items))
+	leader = sized(sc.leader, len(b.items))
+	pending = sc.pending[:0]
+	sc.fps, sc.leader = b.fps, leader
 	var seen map[Key]int
-	if len(items) > 1 {
+	if len(b.items) > 1 {
 		if sc.seen == nil {
-			sc.seen = make(map[Key]int, len(items))
+			sc.seen = make(map[Key]int, len(b.items))
 		}
 		seen = sc.seen
 	}
-	stopAt := len(items) // with stopOnFail: no item after this index runs
-	for i, it := range items {
-		out[i].Key = it.Key
+	b.stopAt = len(b.items)
+	for i, it := range b.items {
+		b.out[i].Key = it.Key
 		if err := it.Key.Validate(); err != nil {
-			out[i].Outcome, out[i].Err, leader[i] = Error, err, -1
-			if bc.stopOnFail {
-				stopAt = min(stopAt, i)
+			b.out[i].Outcome, b.out[i].Err, leader[i] = Error, err, -1
+			if b.bc.stopOnFail {
+				b.stopAt = min(b.stopAt, i)
 			}
 			continue
 		}
-		if s.Fingerprint {
-			fps[i] = FingerprintOf(it.Payload)
+		if b.s.Fingerprint {
+			b.fps[i] = FingerprintOf(it.Payload)
 		}
 		if first, ok := seen[it.Key]; ok {
 			leader[i] = first
@@ -148,106 +205,30 @@ func execute[T any](ctx context.Context, store Store, items []BatchItem, fn Batc
 		pending = append(pending, i)
 	}
 	sc.pending = pending
+	return leader, pending
+}
 
-	deadline := time.Now().Add(s.WaitInProgress)
-	for len(pending) > 0 {
-		waiting := runPass(ctx, store, s, sc, items, fps, pending, fn, bc, out, &stopAt)
-		if len(waiting) == 0 || s.WaitInProgress == 0 || ctx.Err() != nil {
-			break
-		}
-		left := time.Until(deadline)
-		if left <= 0 {
-			break
-		}
-		pause := min(left, 250*time.Millisecond)
-		for _, i := range waiting {
-			pause = min(pause, out[i].LeaseLeft+5*time.Millisecond)
-		}
-		if !retry.Sleep(ctx, max(pause, 5*time.Millisecond)) {
-			break
-		}
-		pending = waiting
-	}
-
+// answerRepeats gives every item whose key repeats an earlier item's (leader)
+// that item's outcome: a Success becomes a Duplicate, a different payload a
+// conflict.
+func (b *batch[T]) answerRepeats(leader []int) {
 	for i, l := range leader {
 		if l < 0 || l == i {
 			continue
 		}
-		r := out[l]
-		r.Key = items[i].Key
-		if s.Fingerprint && fps[i] != fps[l] {
-			r = Result[T]{Outcome: Error, Key: items[i].Key,
-				Err: fmt.Errorf("%w: key %q appears twice in the batch with different payloads", ErrPayloadConflict, string(items[i].Key))}
+		r := b.out[l]
+		r.Key = b.items[i].Key
+		if b.s.Fingerprint && b.fps[i] != b.fps[l] {
+			r = Result[T]{Outcome: Error, Key: b.items[i].Key,
+				Err: fmt.Errorf("%w: key %q appears twice in the batch with different payloads", ErrPayloadConflict, string(b.items[i].Key))}
 		} else if r.Outcome == Success {
 			r.Outcome = Duplicate
 		}
-		out[i] = r
+		b.out[i] = r
 	}
-	if s.watchOutcomes() {
-		took := time.Since(began)
-		for i := range out {
-			reportOutcome(ctx, s, "execute", &out[i], took)
-		}
-	}
-	return out
 }
 
-// runPass claims pending items, runs the claimed ones and records every result.
-// It returns the items found in progress.
-func runPass[T any](ctx context.Context, store Store, s Settings, sc *scratch, items []BatchItem, fps []Fingerprint,
-	pending []int, fn BatchHandler[T], bc batchConfig, out []Result[T], stopAt *int) (waiting []int) {
-	claims := sized(sc.claims, len(pending))
-	sc.claims = claims
-	owners := newOwners(len(pending))
-	for j, i := range pending {
-		claims[j] = Claim{Key: items[i].Key, Owner: owners[j], Fingerprint: fps[i], Locked: bc.underLock}
-	}
-	sent := time.Now()
-	reps, resent := claimAll(ctx, store, s, claims)
-	if s.watchClaims() {
-		reportClaim(s, reps, time.Since(sent))
-	}
-	var run, unguarded []int // indexes into pending
-	for j, rep := range reps {
-		i := pending[j]
-		if s.Completions != nil {
-			rep = completedElsewhere(ctx, s, items[i].Key, rep)
-			reps[j] = rep
-		}
-		switch {
-		case rep.Err != nil && s.FailOpen && errors.Is(rep.Err, ErrStoreUnavailable) && !lookupFailed(rep.Err):
-			unguarded = append(unguarded, j)
-		case rep.Err != nil:
-			out[i] = Result[T]{Outcome: Error, Key: items[i].Key, Err: rep.Err}
-		case rep.Claimed():
-			run = append(run, j)
-		default:
-			out[i] = resolve[T](s, items[i].Key, rep)
-			if out[i].Outcome == InProgress {
-				waiting = append(waiting, i)
-			}
-		}
-		if bc.stopOnFail && out[i].Outcome != 0 && out[i].Action() != Settle {
-			*stopAt = min(*stopAt, i)
-		}
-	}
-	if len(run) > 0 {
-		a := newAttempts(store, s, sc, bc, fn, items, out, *stopAt, len(run))
-		for _, j := range run {
-			a.add(ctx, pending[j], claims[j], reps[j], sent, needsMark(reps[j], resent, j))
-		}
-		a.run(ctx)
-	}
-	for _, j := range unguarded {
-		i := pending[j]
-		s.Logger.Warn("consumer: store unavailable: running handler unguarded (fail-open)",
-			"key", string(items[i].Key), "scope", s.Scope, "err", reps[j].Err)
-		hctx := withInfo(ctx, Info{Key: items[i].Key, Scope: s.Scope, Unguarded: true})
-		v, err := callHandler(hctx, fn, i, items[i])
-		out[i] = Result[T]{Outcome: Success, Value: v, Key: items[i].Key, Unguarded: true}
-		if err != nil {
-			out[i] = Result[T]{Outcome: Error, Err: err, Key: items[i].Key, Unguarded: true}
-		}
-	}
-	return waiting
+// call is how the batch calls item i's handler.
+func (b *batch[T]) call(i int) handlerCall[T] {
+	return handlerCall[T]{fn: b.fn, i: i, item: b.items[i]}
 }

@@ -43,7 +43,10 @@ var (
 	// and the attempt not counted. Retryable.
 	ErrInterrupted = errors.New("consumer: interrupted")
 	// ErrHandlerPanic: the handler panicked; the panic was recovered and counted as a
-	// retryable failure.
+	// retryable failure. A panic around the handler (a store wrapper, an observer) is
+	// recovered too and matches it: before the handler starts, with ErrNotRun (the
+	// claim was released); while settling, as the result of the messages that
+	// settlement carried (their claims run out on the store).
 	ErrHandlerPanic = errors.New("consumer: handler panicked")
 	// ErrAbandoned: the handler gave its claim back with Abandon; nothing was recorded
 	// and the attempt was not counted. Retryable.

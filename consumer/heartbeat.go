@@ -86,16 +86,18 @@ func (k *keeper) add(l *lease, sent time.Time, granted time.Duration) {
 	k.addLocked(l)
 }
 
-// addAll keeps ls, claimed by one call sent at sent, each granted lease[i].
-func (k *keeper) addAll(ls []*lease, sent time.Time, granted func(i int) time.Duration) {
-	for i, l := range ls {
+// addAll keeps the n leases lease(i), claimed by one call sent at sent, each
+// granted granted(i).
+func (k *keeper) addAll(n int, lease func(i int) *lease, sent time.Time, granted func(i int) time.Duration) {
+	for i := range n {
+		l := lease(i)
 		l.renewed = mono(sent)
 		l.deadline = l.renewed + int64(granted(i)-k.margin)
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	for _, l := range ls {
-		k.addLocked(l)
+	for i := range n {
+		k.addLocked(lease(i))
 	}
 }
 

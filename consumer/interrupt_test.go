@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/store/memory"
 )
 
@@ -136,4 +137,60 @@ func TestPipelineGivesUpThenStops(t *testing.T) {
 		t.Fatalf("stubborn handler: %+v, want interrupted by the shutdown", r)
 	}
 	wantRunsOnceMore(t, s, "stubborn")
+}
+
+// When Shutdown gives up on a pipeline whose caller also cancelled (an adapter
+// cancels both), every message it cut short names the pipeline's stop, whether
+// its handler started or not: RabbitMQ leaves such a message to the broker
+// instead of sending it through its retry queue.
+func TestPipelineStopIsNamedOverTheCallersCancellation(t *testing.T) {
+	claims := &tally{}
+	s := must(memory.NewStore(consumer.WithCallTimeout(50*time.Millisecond), consumer.WithObserver(claims)))
+	ctx := context.Background()
+	p, err := consumer.NewPipeline[int](ctx, s, consumer.WithHandlers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	started, release := make(chan struct{}), make(chan struct{})
+	var runs atomic.Int32
+	res := newResults[int]()
+	for _, k := range []consumer.Key{"running", "waiting"} {
+		if err := p.Submit(sctx, res.item(k, func(context.Context) (int, error) {
+			if runs.Add(1) == 1 {
+				close(started)
+				<-release // ignores its context
+			}
+			return 0, errors.New("gave up late")
+		})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	<-started
+	testenv.Eventually(t, 10*time.Second, "both messages claimed", func() bool {
+		claims.mu.Lock()
+		defer claims.mu.Unlock()
+		return claims.claimed == 2
+	})
+	cancel() // the adapter cancels what it submitted...
+	gone, stop := context.WithCancel(ctx)
+	stop()
+	if err := p.Shutdown(gone); err == nil { // ...and gives up on the pipeline
+		t.Fatal("Shutdown with a handler still running returned nil")
+	}
+	close(release)
+	if err := p.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	run, wait := res.got["running"], res.got["waiting"]
+	switch {
+	case runs.Load() != 1:
+		t.Fatalf("%d handlers ran, want 1", runs.Load())
+	case len(run) != 1 || !errors.Is(run[0].Err, consumer.ErrInterrupted) || !errors.Is(run[0].Err, consumer.ErrPipelineStopped):
+		t.Fatalf("running: %+v, want interrupted by the pipeline's stop", run)
+	case len(wait) != 1 || !errors.Is(wait[0].Err, consumer.ErrNotRun) || !errors.Is(wait[0].Err, consumer.ErrPipelineStopped) ||
+		wait[0].Fence != 1:
+		t.Fatalf("waiting: %+v, want not run for the pipeline's stop, on its claim (fence 1)", wait)
+	}
 }

@@ -2,7 +2,6 @@ package consumer
 
 import (
 	"context"
-	"fmt"
 )
 
 // Locker holds a distributed lock around a handler, for jobs that run minutes or
@@ -35,54 +34,43 @@ func (s Settings) LockName(key Key) string {
 	return s.Prefix + ":{" + s.Scope + ":" + string(key) + "}:lock"
 }
 
-// executeLocked runs items one by one, each under its key's lock.
-func executeLocked[T any](ctx context.Context, store Store, s Settings, items []BatchItem, fn BatchHandler[T], bc batchConfig) []Result[T] {
-	out := make([]Result[T], len(items))
+// runLocked runs the items one by one, each under its key's lock.
+func (b *batch[T]) runLocked(ctx context.Context) {
 	stopped := false
-	for i, it := range items {
-		one := func(ctx context.Context, _ int, it BatchItem) (T, error) { return fn(ctx, i, it) }
-		single := []BatchItem{it}
+	for i, it := range b.items {
 		switch {
 		case stopped || ctx.Err() != nil:
-			out[i] = Result[T]{Outcome: Error, Key: it.Key, Err: fmt.Errorf("%w: %v", ErrNotRun, notRunReason(ctx))}
+			b.out[i] = Result[T]{Outcome: Error, Key: it.Key, Err: notRunError(context.Cause(ctx))}
 			continue
 		case it.Key.Validate() != nil:
-			out[i] = Result[T]{Outcome: Error, Key: it.Key, Err: it.Key.Validate()}
+			b.out[i] = Result[T]{Outcome: Error, Key: it.Key, Err: it.Key.Validate()}
 		default:
-			held, release, ok, err := s.Locker.TryAcquire(ctx, s.LockName(it.Key))
+			held, release, ok, err := b.s.Locker.TryAcquire(ctx, b.s.LockName(it.Key))
 			switch {
 			case err != nil:
-				out[i] = Result[T]{Outcome: Error, Key: it.Key, Err: &StoreError{Op: "lock", Err: err}}
+				b.out[i] = Result[T]{Outcome: Error, Key: it.Key, Err: &StoreError{Op: "lock", Err: err}}
 			case !ok: // another holder runs it: report what the record says, change nothing
-				out[i] = probe[T](ctx, store, s, it)
+				b.out[i] = probe[T](ctx, b.store, b.s, it)
 			default:
-				out[i] = runLocked(ctx, held, release, store, s, single, one)
+				b.out[i] = b.oneLocked(ctx, held, release, i)
 			}
 		}
-		if bc.stopOnFail && out[i].Action() != Settle {
+		if b.bc.stopOnFail && b.out[i].Action() != Settle {
 			stopped = true
 		}
 	}
-	return out
 }
 
-// runLocked runs one item under its held lock and always releases the lock.
-func runLocked[T any](ctx, held context.Context, release func(), store Store, s Settings, single []BatchItem,
-	fn BatchHandler[T]) Result[T] {
+// oneLocked runs item i under its held lock and always releases the lock.
+func (b *batch[T]) oneLocked(ctx, held context.Context, release func(), i int) Result[T] {
 	defer release()
-	r := execute(held, store, single, fn, batchConfig{locked: true, underLock: true})[0]
+	fn := func(ctx context.Context, _ int, it BatchItem) (T, error) { return b.fn(ctx, i, it) }
+	r := execute(held, b.store, b.items[i:i+1], fn, batchConfig{locked: true, underLock: true})[0]
 	if cause := context.Cause(held); cause != nil && ctx.Err() == nil {
-		s.Logger.Warn("consumer: the lock was lost while the handler ran", "key", string(single[0].Key),
+		b.s.Logger.Warn("consumer: the lock was lost while the handler ran", "key", string(b.items[i].Key),
 			"cause", cause, "outcome", r.Outcome)
 	}
 	return r
-}
-
-func notRunReason(ctx context.Context) any {
-	if err := context.Cause(ctx); err != nil {
-		return err
-	}
-	return "an earlier item of the batch was not settled"
 }
 
 // probe reports what the record of it says without claiming it: the lock is held

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -25,10 +26,8 @@ import (
 //
 // A Pipeline is safe for concurrent use. Shutdown stops it.
 type Pipeline[T any] struct {
-	store Store
-	s     Settings
-	cfg   pipelineConfig
-	keep  *keeper
+	engine // its attempts' store, settings, lease keeper, source and stop
+	cfg    pipelineConfig
 
 	slots       chan struct{}  // one per message accepted and not yet settled
 	runq        chan *pitem[T] // claimed, waiting for a handler worker
@@ -41,7 +40,7 @@ type Pipeline[T any] struct {
 	settling  []*pitem[T] // handled, waiting to be settled
 	inflight  map[Key]*pitem[T]
 	stopped   bool          // Shutdown began: no more messages
-	abandoned bool          // Shutdown's wait ran out: nothing more starts, running handlers are cancelled
+	abandoned atomic.Bool   // Shutdown's wait ran out: nothing more starts, running handlers are cancelled; set under mu
 	wake      chan struct{} // a claim or a settlement may be due
 	quit      chan struct{}
 	stopOnce  sync.Once
@@ -62,22 +61,16 @@ type PipelineItem[T any] struct {
 	Done func(Result[T])
 }
 
-// pitem is a message inside the pipeline.
+// pitem is a message inside the pipeline: once claimed, an attempt.
 type pitem[T any] struct {
 	PipelineItem[T]
+	attempt[T]
 	ctx       context.Context // Submit's, for the handler
 	fp        Fingerprint
-	claim     Settlement // the claim, then its settlement
-	lease     lease
-	hctx      itemCtx
-	value     T
-	herr      error
-	started   bool
+	hctx      itemCtx // the handler's context, once claimed
 	result    Result[T]
 	sent      time.Time   // when its claim call was sent
 	unguarded error       // the store's error, when WithFailOpen runs it without a claim
-	tries     int         // settlements sent
-	mark      *Claim      // a taken-over claim to mark counted before its handler starts; nil otherwise
 	next      []*pitem[T] // messages of the same key waiting for this one
 }
 
@@ -153,12 +146,14 @@ func NewPipeline[T any](ctx context.Context, store Store, opts ...PipelineOption
 		return nil, configError("a store with WithLock runs handlers one by one under their locks: use ExecuteIdempotently")
 	}
 	p := &Pipeline[T]{
-		store: store, s: s, cfg: cfg, keep: newKeeper(ctx, store, s),
-		slots: make(chan struct{}, cfg.window), runq: make(chan *pitem[T], cfg.window),
+		engine: engine{store: store, s: s, keep: newKeeper(ctx, store, s), source: cfg.source},
+		cfg:    cfg,
+		slots:  make(chan struct{}, cfg.window), runq: make(chan *pitem[T], cfg.window),
 		claimCalls: make(chan struct{}, cfg.calls), settleCalls: make(chan struct{}, cfg.calls),
 		inflight: make(map[Key]*pitem[T]),
 		wake:     make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{}),
 	}
+	p.stopCause = p.abandonCause
 	p.loops.Add(1)
 	go p.loop(context.WithoutCancel(ctx))
 	return p, nil
@@ -298,21 +293,17 @@ func (p *Pipeline[T]) claim(ctx context.Context, batch []*pitem[T]) {
 			rep = completedElsewhere(ctx, p.s, it.Key, rep)
 		}
 		switch {
-		case rep.Err != nil && p.s.FailOpen && errors.Is(rep.Err, ErrStoreUnavailable) && !lookupFailed(rep.Err):
+		case runsUnguarded(p.s, rep):
 			it.unguarded = rep.Err
 			p.runq <- it
 			p.addWorker()
 		case rep.Err != nil:
 			p.finish(it, Result[T]{Outcome: Error, Key: it.Key, Err: rep.Err})
 		case rep.Claimed():
-			it.claim = Settlement{Key: it.Key, Owner: claims[i].Owner, Ref: rep.Ref, Fence: rep.Fence,
-				Attempts: rep.Attempts, Created: rep.Created, Fingerprint: rep.Fingerprint}
-			hctx, hcancel := context.WithCancelCause(it.ctx)
-			it.hctx = itemCtx{Context: hctx, info: Info{Key: it.Key, Scope: p.s.Scope, Attempt: rep.Attempts, Fence: rep.Fence}}
 			p.mu.Lock() // abandon reads the lease under mu
-			it.lease = lease{claim: &it.claim, cancel: hcancel}
+			it.attempt.hctx, it.res = &it.hctx, &it.result
+			it.claimed(it.ctx, &p.engine, &claims[i], rep)
 			p.mu.Unlock()
-			it.result = Result[T]{Key: it.Key, Attempt: rep.Attempts, Fence: rep.Fence}
 			if needsMark(rep, resent, i) {
 				it.mark = &claims[i]
 			}
@@ -346,48 +337,53 @@ func (p *Pipeline[T]) work() {
 	}
 }
 
-// run runs one claimed message's handler, unless its lease ran out, or the caller
-// gave up, or Shutdown abandoned it, before its turn; then queues its settlement.
+// run runs one claimed message's handler (see attempt.run), then queues its
+// settlement.
 func (p *Pipeline[T]) run(it *pitem[T]) {
 	if it.unguarded != nil {
-		p.runUnguarded(it, it.unguarded)
+		p.finish(it, runUnguarded(it.ctx, p.s, it.Key, it.unguarded, itemCall(it.Run)))
 		return
 	}
-	if it.mark != nil && it.hctx.Err() == nil && !p.isAbandoned() {
-		if err := markStart(it.ctx, p.store, p.s, *it.mark, it.claim.Fence); err != nil {
-			it.lease.cancel(err) // not started: released, not counted
-		}
-	}
-	if it.hctx.Err() == nil && !p.isAbandoned() {
-		it.started = true
-		var hctx context.Context = &it.hctx
-		end := func(error) {}
-		if p.s.watchHandlers() {
-			hctx, end = startHandler(hctx, p.s, p.cfg.source, &it.hctx.info)
-		}
-		it.value, it.herr = callHandler(hctx, func(ctx context.Context, _ int, _ BatchItem) (T, error) {
-			return it.Run(ctx)
-		}, 0, BatchItem{})
-		end(it.herr)
-	}
+	it.attempt.run(it.ctx, &p.engine, itemCall(it.Run))
 	p.mu.Lock()
 	p.settling = append(p.settling, it)
 	p.mu.Unlock()
 	p.poke()
 }
 
-// runUnguarded runs a message without a claim: the store was unreachable and
-// WithFailOpen says so.
-func (p *Pipeline[T]) runUnguarded(it *pitem[T], why error) {
-	p.s.Logger.Warn("consumer: store unavailable: running handler unguarded (fail-open)",
-		"key", string(it.Key), "scope", p.s.Scope, "err", why)
-	v, err := callHandler(withInfo(it.ctx, Info{Key: it.Key, Scope: p.s.Scope, Unguarded: true}),
-		func(ctx context.Context, _ int, _ BatchItem) (T, error) { return it.Run(ctx) }, 0, BatchItem{})
-	r := Result[T]{Outcome: Success, Value: v, Key: it.Key, Unguarded: true}
-	if err != nil {
-		r = Result[T]{Outcome: Error, Err: err, Key: it.Key, Unguarded: true}
+// itemCall is how the pipeline calls a message's handler.
+func itemCall[T any](run func(context.Context) (T, error)) handlerCall[T] {
+	return handlerCall[T]{fn: func(ctx context.Context, _ int, _ BatchItem) (T, error) { return run(ctx) }}
+}
+
+// settle settles a batch of handled messages (see settle), then answers each, or
+// queues its settlement to be sent again after a pause.
+func (p *Pipeline[T]) settle(ctx context.Context, batch []*pitem[T]) {
+	as := make([]*attempt[T], len(batch))
+	for n, it := range batch {
+		it.decide(it.ctx, &p.engine)
+		as[n] = &it.attempt
 	}
-	p.finish(it, r)
+	settle(ctx, &p.engine, as)
+	for _, it := range batch {
+		if it.resend {
+			p.again(it)
+			continue
+		}
+		p.finish(it, it.result)
+	}
+}
+
+// again queues it's settlement to be sent once more after a pause.
+func (p *Pipeline[T]) again(it *pitem[T]) {
+	p.loops.Add(1)
+	time.AfterFunc(resendPause(it.tries), func() {
+		defer p.loops.Done()
+		p.mu.Lock()
+		p.settling = append(p.settling, it)
+		p.mu.Unlock()
+		p.poke()
+	})
 }
 
 // finish answers it, lets the next message of its key go, and frees its slot.
@@ -401,13 +397,13 @@ func (p *Pipeline[T]) finish(it *pitem[T], r Result[T]) {
 		if !it.sent.IsZero() {
 			took = time.Since(it.sent)
 		}
-		reportOutcome(it.ctx, p.s, p.cfg.source, &r, took)
+		reportOutcome(it.ctx, p.s, p.source, &r, took)
 	}
 	it.Done(r)
 	p.mu.Lock()
 	var unrun *pitem[T]
 	switch {
-	case len(it.next) > 0 && p.abandoned:
+	case len(it.next) > 0 && p.abandoned.Load():
 		unrun = it.next[0]
 		unrun.next = it.next[1:]
 		p.inflight[it.Key] = unrun
@@ -428,16 +424,18 @@ func (p *Pipeline[T]) finish(it *pitem[T], r Result[T]) {
 	p.poke()
 }
 
-// notRun is the result of a message whose handler never started: its claim, if it
-// had one, was released.
+// notRun is the result of a message that was never claimed and never will be.
 func notRun[T any](key Key, why error) Result[T] {
-	return Result[T]{Outcome: Error, Key: key, Err: fmt.Errorf("%w: %w", ErrNotRun, why)}
+	return Result[T]{Outcome: Error, Key: key, Err: notRunError(why)}
 }
 
-func (p *Pipeline[T]) isAbandoned() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.abandoned
+// abandonCause is the pipeline's stop, as its engine's: ErrPipelineStopped once
+// Shutdown gave up waiting, nil before.
+func (p *Pipeline[T]) abandonCause() error {
+	if p.abandoned.Load() {
+		return ErrPipelineStopped
+	}
+	return nil
 }
 
 // Shutdown stops taking messages and waits, until ctx ends, for those it holds to
@@ -485,7 +483,7 @@ func (p *Pipeline[T]) stop() {
 // claims are released when they return.
 func (p *Pipeline[T]) abandon() {
 	p.mu.Lock()
-	p.abandoned = true
+	p.abandoned.Store(true)
 	waiting := p.ready
 	p.ready = nil
 	for _, first := range p.inflight {

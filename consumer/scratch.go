@@ -13,10 +13,9 @@ type scratch struct {
 	seen    map[Key]int
 	claims  []Claim
 	idx     []int
-	sts     []Settlement
-	leases  []lease
-	herrs   []error
-	started []bool
+	// attempts is the last pass's []attempt[T], for the next pass of the same T
+	// (zeroed; their handler contexts are not in it).
+	attempts any
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
@@ -25,13 +24,10 @@ func getScratch() *scratch { return scratchPool.Get().(*scratch) }
 
 // put gives sc back for another batch, unless a huge batch made it too big to keep.
 func (sc *scratch) put() {
-	if cap(sc.sts) > 4096 {
+	if cap(sc.claims) > 4096 {
 		return
 	}
-	clear(sc.sts[:cap(sc.sts)]) // drop references to results and keys
-	clear(sc.claims[:cap(sc.claims)])
-	clear(sc.herrs[:cap(sc.herrs)])
-	clear(sc.leases[:cap(sc.leases)])
+	clear(sc.claims[:cap(sc.claims)]) // drop references to keys
 	clear(sc.seen)
 	scratchPool.Put(sc)
 }

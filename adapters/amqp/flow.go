@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit/consumer"
-	"github.com/idemkit/idemkit/internal/engine"
+	"github.com/idemkit/idemkit/internal/ordering"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 )
 
@@ -23,7 +23,7 @@ type flow[V, T any] struct {
 	pipe *consumer.Pipeline[T]
 	acks chan uint64 // settled delivery tags, for the acker
 	done chan struct{}
-	tags engine.Tracker
+	tags ordering.Tracker
 	fail chan error // an ack or a republish failed: the session ends
 
 	mu      sync.Mutex

@@ -14,7 +14,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/idemkit/idemkit/consumer"
-	"github.com/idemkit/idemkit/internal/engine"
+	"github.com/idemkit/idemkit/internal/ordering"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -41,7 +41,7 @@ type Consumer[V, T any] struct {
 
 	running atomic.Bool
 	pipe    *consumer.Pipeline[T]
-	lanes   *engine.Sequencer[*record[V]]
+	lanes   *ordering.Sequencer[*record[V]]
 	startq  chan struct{} // wakes the starter
 	stop    chan struct{} // closed when Run ends: timers and the starter give up
 	ready   chan struct{} // closed once New has read the client (cl, group, topics, regex...)
@@ -66,7 +66,7 @@ type partition struct {
 	topicPartition
 	ctx    context.Context // its records' handlers; cancelled when it is revoked or lost
 	cancel context.CancelFunc
-	track  engine.Tracker
+	track  ordering.Tracker
 	open   int   // records taken and not finished
 	next   int64 // the offset to commit: one past the settled prefix; -1 before any
 	done   int64 // the offset committed last; -1 before any
@@ -126,7 +126,7 @@ func NewTyped[V, T any](store consumer.Store, clientOpts []kgo.Opt, decode func(
 	}
 	c := &Consumer[V, T]{
 		store: store, s: s, decode: decode, handle: handler, cfg: cfg, log: log,
-		lanes:   engine.NewSequencer[*record[V]](),
+		lanes:   ordering.NewSequencer[*record[V]](),
 		startq:  make(chan struct{}, 1),
 		stop:    make(chan struct{}),
 		ready:   make(chan struct{}),

@@ -1,4 +1,4 @@
-package engine
+package ordering
 
 import (
 	"fmt"
@@ -21,7 +21,7 @@ func (t *Tracker) Add(pos int64) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if n := len(t.pos); n > t.head && pos <= t.pos[n-1] {
-		return fmt.Errorf("engine: position %d added after %d", pos, t.pos[n-1])
+		return fmt.Errorf("ordering: position %d added after %d", pos, t.pos[n-1])
 	}
 	if !t.started {
 		t.through, t.started = pos-1, true

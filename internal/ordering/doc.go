@@ -1,5 +1,6 @@
-// Package engine holds what the broker adapters (and replay) share on top of
-// consumer.Pipeline, which claims, runs and settles messages:
+// Package ordering keeps the two orders the broker adapters need on top of
+// consumer.Pipeline, which claims, runs and settles messages in no order of its
+// own: the order messages run in, and the order their positions are committed in.
 //
 //   - Sequencer keeps the messages of one lane in order: one at a time per lane,
 //     lanes side by side. A lane is what the adapter says must stay ordered: a Kafka
@@ -10,4 +11,4 @@
 //     or acknowledged with one multiple-ack, never past a message still in flight.
 //
 // Neither does I/O; both are safe for concurrent use.
-package engine
+package ordering

@@ -1,14 +1,14 @@
-package engine_test
+package ordering_test
 
 import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/idemkit/idemkit/internal/engine"
+	"github.com/idemkit/idemkit/internal/ordering"
 )
 
 func TestSequencerKeepsLaneOrder(t *testing.T) {
-	s := engine.NewSequencer[int]()
+	s := ordering.NewSequencer[int]()
 	var ran []int
 	if !s.Push("a", 1) || !s.Push("b", 10) {
 		t.Fatal("the first message of an idle lane runs at once")
@@ -41,7 +41,7 @@ func TestSequencerKeepsLaneOrder(t *testing.T) {
 
 // Positions settled in any order advance the prefix only over unbroken runs.
 func TestTrackerPrefix(t *testing.T) {
-	var tr engine.Tracker
+	var tr ordering.Tracker
 	if _, ok := tr.Through(); ok {
 		t.Fatal("nothing added yet")
 	}
@@ -76,7 +76,7 @@ func TestTrackerPrefix(t *testing.T) {
 // Gaps in positions (Kafka compaction, transaction markers) are fine: only the
 // added positions count.
 func TestTrackerGaps(t *testing.T) {
-	var tr engine.Tracker
+	var tr ordering.Tracker
 	for _, p := range []int64{5, 9, 12} {
 		_ = tr.Add(p)
 	}
