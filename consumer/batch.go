@@ -32,11 +32,22 @@ type batchOptFunc func(*batchConfig)
 
 func (f batchOptFunc) applyBatch(c *batchConfig) { f(c) }
 
-// WithConcurrency runs up to n handlers of a batch at once (started in input order).
-// Default 1: handlers run one after another in input order.
-func WithConcurrency(n int) BatchOption {
-	return batchOptFunc(func(c *batchConfig) { c.concurrency = n })
+// WithConcurrency bounds how many handlers run at once, in ExecuteBatch (started
+// in input order; default 1: one after another in input order) and in a Pipeline
+// (default 256, chosen for handlers that wait on I/O: a database write, an HTTP
+// call). The adapters' option of the same name sets the Pipeline's.
+func WithConcurrency(n int) interface {
+	BatchOption
+	PipelineOption
+} {
+	return concurrency(n)
 }
+
+// concurrency is WithConcurrency's option, for both engines.
+type concurrency int
+
+func (n concurrency) applyBatch(c *batchConfig)       { c.concurrency = int(n) }
+func (n concurrency) applyPipeline(c *pipelineConfig) { c.concurrency = int(n) }
 
 // WithPerMessageCompletion completes each message right after its handler (one
 // round trip each) instead of completing the whole batch in one round trip at the
@@ -46,7 +57,7 @@ func WithPerMessageCompletion(on bool) BatchOption {
 }
 
 // WithStopAfterFailure stops the batch at the first item whose result is not
-// settled (its Action is not Settle: a handler error, an invalid key, a conflict,
+// settled (its Action is not Ack: a handler error, an invalid key, a conflict,
 // an in-progress key, a duplicate of a failed key...): the items after it are not
 // run, their claims are released (the attempt is not counted) and each gets an
 // Error matching ErrNotRun. Adapters that keep a

@@ -42,7 +42,7 @@ func (b *batch[T]) pass(ctx context.Context, pending []int) (waiting []int) {
 				waiting = append(waiting, i)
 			}
 		}
-		if b.bc.stopOnFail && b.out[i].Outcome != 0 && b.out[i].Action() != Settle {
+		if b.bc.stopOnFail && b.out[i].Outcome != 0 && b.out[i].Action() != Ack {
 			b.stopAt = min(b.stopAt, i)
 		}
 	}

@@ -55,7 +55,7 @@ func batchOf(keys []consumer.Key) []consumer.BatchItem {
 // message is submitted, so a handler may cancel ctx.
 func runThroughPipeline(t *testing.T, ctx context.Context, s consumer.Store, keys []consumer.Key, fn engineHandler) []consumer.Result[int] {
 	t.Helper()
-	p, err := consumer.NewPipeline[int](context.Background(), s, consumer.WithHandlers(1))
+	p, err := consumer.NewPipeline[int](context.Background(), s, consumer.WithConcurrency(1))
 	if err != nil {
 		t.Fatal(err)
 	}

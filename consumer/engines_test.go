@@ -206,7 +206,7 @@ func TestEnginesContainHookPanics(t *testing.T) {
 					runs.Add(1)
 					return 7, nil
 				})
-				wantSummaries(t, eng, rs, summary{Outcome: consumer.Success, Value: 7, Action: consumer.Settle, Attempt: 1, Fence: 1})
+				wantSummaries(t, eng, rs, summary{Outcome: consumer.Success, Value: 7, Action: consumer.Ack, Attempt: 1, Fence: 1})
 				hooks.atEnd.Store(false)
 				dup := consumer.ExecuteIdempotently(context.Background(), base, key, []byte(key),
 					func(context.Context) (int, error) { runs.Add(1); return 0, nil })
@@ -243,7 +243,7 @@ func TestEnginesNameTheCallersCause(t *testing.T) {
 				} else {
 					rs = eng.run(t, ctx, base, keysFor(t, eng, 2), fn)
 				}
-				wantSummaries(t, eng, rs, summary{Outcome: consumer.Success, Value: 1, Action: consumer.Settle, Attempt: 1, Fence: 1}, second)
+				wantSummaries(t, eng, rs, summary{Outcome: consumer.Success, Value: 1, Action: consumer.Ack, Attempt: 1, Fence: 1}, second)
 				if runs.Load() != 1 {
 					t.Fatalf("%d handlers ran, want 1", runs.Load())
 				}

@@ -147,7 +147,7 @@ func TestPipelineStopIsNamedOverTheCallersCancellation(t *testing.T) {
 	claims := &tally{}
 	s := must(memory.NewStore(consumer.WithCallTimeout(50*time.Millisecond), consumer.WithObserver(claims)))
 	ctx := context.Background()
-	p, err := consumer.NewPipeline[int](ctx, s, consumer.WithHandlers(1))
+	p, err := consumer.NewPipeline[int](ctx, s, consumer.WithConcurrency(1))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,7 +55,7 @@ func (b *batch[T]) runLocked(ctx context.Context) {
 				b.out[i] = b.oneLocked(ctx, held, release, i)
 			}
 		}
-		if b.bc.stopOnFail && b.out[i].Action() != Settle {
+		if b.bc.stopOnFail && b.out[i].Action() != Ack {
 			stopped = true
 		}
 	}

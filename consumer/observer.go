@@ -42,7 +42,7 @@ type SettleHook interface{ OnSettle(SettleEvent) }
 
 // OutcomeHook is told the outcome of every execution, once: for a broker adapter,
 // of every delivery it ran (Kafka's in-place retries each run again: a record's
-// final outcome is the one whose Action is Settle, or its DeadLetterEvent).
+// final outcome is the one whose Action is Ack, or its DeadLetterEvent).
 type OutcomeHook interface{ OnOutcome(OutcomeEvent) }
 
 // RetryHook is told of every retry an adapter schedules: the Kafka adapter's

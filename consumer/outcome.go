@@ -88,8 +88,8 @@ type Action int
 
 // Actions.
 const (
-	// Settle: acknowledge or commit the message (Success, Duplicate).
-	Settle Action = iota + 1
+	// Ack: acknowledge or commit the message (Success, Duplicate).
+	Ack Action = iota + 1
 	// Wait: another run holds the key; wait for it (bounded) or retry later (InProgress).
 	Wait
 	// Retry: redeliver later with backoff; dead-letter once the adapter's attempts run out.
@@ -100,8 +100,8 @@ const (
 
 func (a Action) String() string {
 	switch a {
-	case Settle:
-		return "settle"
+	case Ack:
+		return "ack"
 	case Wait:
 		return "wait"
 	case Retry:
@@ -123,12 +123,12 @@ func (a Action) String() string {
 func ActionFor(o Outcome, err error) Action {
 	switch o {
 	case Success:
-		return Settle
+		return Ack
 	case Duplicate:
 		if errors.Is(err, ErrPermanent) || errors.Is(err, ErrAttemptsExhausted) {
 			return DeadLetter
 		}
-		return Settle
+		return Ack
 	case InProgress:
 		return Wait
 	}

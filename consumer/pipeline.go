@@ -89,16 +89,11 @@ type pipelineOptFunc func(*pipelineConfig)
 
 func (f pipelineOptFunc) applyPipeline(c *pipelineConfig) { f(c) }
 
-// WithWindow bounds how many messages a Pipeline holds between Submit and Done;
-// Submit waits while it is full. Default 512.
-func WithWindow(n int) PipelineOption {
+// WithInFlight bounds how many messages a Pipeline holds between Submit and Done
+// (its window); Submit waits while it is full. Default 512. The Kafka adapter's
+// option of the same name sets it.
+func WithInFlight(n int) PipelineOption {
 	return pipelineOptFunc(func(c *pipelineConfig) { c.window = n })
-}
-
-// WithHandlers bounds how many handlers run at once. Chosen for handlers that wait
-// on I/O (a database write, an HTTP call). Default 256.
-func WithHandlers(n int) PipelineOption {
-	return pipelineOptFunc(func(c *pipelineConfig) { c.concurrency = n })
 }
 
 // WithMaxBatch bounds how many messages one claim or settle call carries.

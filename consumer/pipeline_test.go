@@ -53,7 +53,7 @@ func TestPipelineExactlyOnce(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			const keys, deliveries, senders = 1000, 5, 64
 			ctx := context.Background()
-			p, err := consumer.NewPipeline[string](ctx, s, consumer.WithHandlers(32), consumer.WithWindow(128))
+			p, err := consumer.NewPipeline[string](ctx, s, consumer.WithConcurrency(32), consumer.WithInFlight(128))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -119,12 +119,12 @@ func TestPipelineExactlyOnce(t *testing.T) {
 	}
 }
 
-// No more handlers run at once than WithHandlers allows, and the pipeline fills
+// No more handlers run at once than WithConcurrency allows, and the pipeline fills
 // them: 200 messages whose handlers wait keep 16 slots busy.
 func TestPipelineHandlerBound(t *testing.T) {
 	ctx := context.Background()
 	s := newRedisStore(t, testenv.Redis(t))
-	p, err := consumer.NewPipeline[int](ctx, s, consumer.WithHandlers(16), consumer.WithWindow(64))
+	p, err := consumer.NewPipeline[int](ctx, s, consumer.WithConcurrency(16), consumer.WithInFlight(64))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +252,7 @@ func TestPipelineShutdown(t *testing.T) {
 	for name, s := range pipelineStores(t, consumer.WithMaxAttempts(1)) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
-			p, err := consumer.NewPipeline[int](ctx, s, consumer.WithHandlers(2), consumer.WithWindow(10))
+			p, err := consumer.NewPipeline[int](ctx, s, consumer.WithConcurrency(2), consumer.WithInFlight(10))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -311,7 +311,7 @@ func TestPipelineShutdown(t *testing.T) {
 func TestPipelineBadInput(t *testing.T) {
 	ctx := context.Background()
 	s := must(memory.NewStore())
-	for _, opts := range [][]consumer.PipelineOption{{consumer.WithHandlers(0)}, {consumer.WithWindow(-1)}, {nil}} {
+	for _, opts := range [][]consumer.PipelineOption{{consumer.WithConcurrency(0)}, {consumer.WithInFlight(-1)}, {nil}} {
 		if _, err := consumer.NewPipeline[int](ctx, s, opts...); !errors.Is(err, consumer.ErrInvalidConfig) {
 			t.Fatalf("options %v: %v", opts, err)
 		}

@@ -115,7 +115,7 @@ func (t *trial[T]) settle(note string) consumer.Result[T] {
 		r = t.deliver(note, nil)
 		note = ""
 		switch r.Action() {
-		case consumer.Settle, consumer.DeadLetter:
+		case consumer.Ack, consumer.DeadLetter:
 			return r
 		case consumer.Wait:
 			t.expireLease()
@@ -185,7 +185,7 @@ func (t *trial[T]) concurrent() {
 			"run the store's conformance suite (package consumertest)", succeeded, concurrentDeliveries))
 	}
 	for _, r := range results {
-		if r.Action() != consumer.Settle && r.Action() != consumer.DeadLetter {
+		if r.Action() != consumer.Ack && r.Action() != consumer.DeadLetter {
 			t.settle("redelivered")
 		}
 	}

@@ -26,8 +26,8 @@ func newEngine[T any](ctx context.Context, store consumer.Store, c config) (engi
 	if store.Settings().Locker != nil {
 		return serialEngine[T](ctx, store, c.batch), nil
 	}
-	opts := []consumer.PipelineOption{consumer.WithWindow(c.batch), consumer.WithMaxBatch(c.batch),
-		consumer.WithHandlers(c.concurrency), consumer.WithSource("replay")}
+	opts := []consumer.PipelineOption{consumer.WithInFlight(c.batch), consumer.WithMaxBatch(c.batch),
+		consumer.WithConcurrency(c.concurrency), consumer.WithSource("replay")}
 	if c.concurrency == 1 {
 		opts = append(opts, consumer.WithCallsInFlight(1))
 	}

@@ -23,7 +23,7 @@ func Example() {
 {"key":"order-3","payload":{"amount":30}}
 `
 	plan, _ := replay.Plan(ctx, store, replay.NewJSONL("archive", strings.NewReader(archive)))
-	fmt.Println("plan:", plan.Counts[replay.New], "new,", plan.Counts[replay.Duplicate], "duplicate")
+	fmt.Println("plan:", plan.Counts[replay.Unseen], "new,", plan.Counts[replay.Duplicate], "duplicate")
 
 	rep, err := replay.Execute(ctx, store, replay.NewJSONL("archive", strings.NewReader(archive)),
 		func(ctx context.Context, m replay.Message) (string, error) {

@@ -352,7 +352,7 @@ func (e *executor[T]) checkRetention(ctx context.Context, b *batch) error {
 	}
 	gone := 0
 	for _, r := range recs {
-		if r.Corrupt == "" && verdictOf(r.Record) == New {
+		if r.Corrupt == "" && verdictOf(r.Record) == Unseen {
 			gone++
 		}
 	}

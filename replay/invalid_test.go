@@ -51,7 +51,7 @@ func TestInvalidLinesAreNamed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if plan.Messages != 6 || plan.Counts[replay.Invalid] != 4 || plan.Counts[replay.New] != 2 {
+	if plan.Messages != 6 || plan.Counts[replay.Invalid] != 4 || plan.Counts[replay.Unseen] != 2 {
 		t.Fatalf("plan: %d messages, %v", plan.Messages, plan.Counts)
 	}
 	check("the plan", plan.Invalid)

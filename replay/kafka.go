@@ -51,8 +51,8 @@ type KafkaRange struct {
 	Offsets map[int32][2]int64
 }
 
-// KafkaOpt configures a KafkaSource. Every option states its default.
-type KafkaOpt interface{ applyKafka(*kafkaConfig) }
+// KafkaOption configures a KafkaSource. Every option states its default.
+type KafkaOption interface{ applyKafka(*kafkaConfig) }
 
 type kafkaOptFunc func(*kafkaConfig)
 
@@ -66,20 +66,20 @@ type kafkaConfig struct {
 
 // KeyHeader reads a record's key from the named header, as the Kafka adapter's
 // WithKeyHeader does. Default "Idempotency-Key".
-func KeyHeader(name string) KafkaOpt {
+func KeyHeader(name string) KafkaOption {
 	return kafkaOptFunc(func(c *kafkaConfig) { c.keyHeader = name })
 }
 
 // KeyFunc computes a record's key, as the Kafka adapter's WithKeyFunc does; it
 // replaces the header. Default: none.
-func KeyFunc(fn func(*kgo.Record) (consumer.Key, error)) KafkaOpt {
+func KeyFunc(fn func(*kgo.Record) (consumer.Key, error)) KafkaOption {
 	return kafkaOptFunc(func(c *kafkaConfig) { c.keyFunc = fn })
 }
 
 // ResumeFrom starts each partition at the checkpoint's offset when it is past the
 // range's start, so that a resumed replay does not read the settled part again.
 // Default: the range's start.
-func ResumeFrom(cp Checkpoint) KafkaOpt {
+func ResumeFrom(cp Checkpoint) KafkaOption {
 	return kafkaOptFunc(func(c *kafkaConfig) { c.resume = &cp })
 }
 
@@ -101,7 +101,7 @@ type KafkaSource struct {
 // OpenKafka resolves r's bounds to offsets and starts reading. clientOpts are the
 // franz-go options for the cluster (kgo.SeedBrokers, kgo.DialTLSConfig, kgo.SASL,
 // ...); consumption options are the source's own.
-func OpenKafka(ctx context.Context, clientOpts []kgo.Opt, r KafkaRange, opts ...KafkaOpt) (*KafkaSource, error) {
+func OpenKafka(ctx context.Context, clientOpts []kgo.Opt, r KafkaRange, opts ...KafkaOption) (*KafkaSource, error) {
 	cfg := kafkaConfig{keyHeader: "Idempotency-Key"}
 	for _, o := range opts {
 		if o == nil {

@@ -18,7 +18,7 @@ type Verdict string
 
 // Verdicts.
 const (
-	New        Verdict = "NEW"         // no record (or a forgotten one): the handler runs
+	Unseen     Verdict = "NEW"         // no record (or a forgotten one): the handler runs; written NEW in plans
 	Retry      Verdict = "RETRY"       // a retryable failure was recorded: the handler runs again
 	Duplicate  Verdict = "DUPLICATE"   // completed: not run
 	Failed     Verdict = "FAILED"      // failed for good: not run (its dead letter stands)
@@ -31,7 +31,7 @@ const (
 )
 
 // Verdicts lists every verdict in a stable order, for tables.
-var Verdicts = []Verdict{New, Retry, Duplicate, Failed, InProgress, Conflict, Corrupt, Invalid, Quarantine, Error}
+var Verdicts = []Verdict{Unseen, Retry, Duplicate, Failed, InProgress, Conflict, Corrupt, Invalid, Quarantine, Error}
 
 // PlanReport is what a replay would do.
 type PlanReport struct {
@@ -110,7 +110,7 @@ func Plan(ctx context.Context, store consumer.Store, src Source, opts ...Option)
 				if v == Invalid && len(rep.Invalid) < maxNamed {
 					rep.Invalid = append(rep.Invalid, itemError(m, v, why[i]))
 				}
-				if v == New || v == Retry || v == Duplicate || v == Failed || v == InProgress || v == Conflict {
+				if v == Unseen || v == Retry || v == Duplicate || v == Failed || v == InProgress || v == Conflict {
 					if _, dup := seen[m.Key]; dup {
 						v = Duplicate
 					}
@@ -126,7 +126,7 @@ func Plan(ctx context.Context, store consumer.Store, src Source, opts ...Option)
 					}
 					if m.Time.Before(cutoff) {
 						rep.BeyondRetention++
-						if v == New {
+						if v == Unseen {
 							rep.BeyondRetentionNew++
 						}
 					}
@@ -230,7 +230,7 @@ func verdictOf(r consumer.Record) Verdict {
 		}
 		return Retry // its lease ran out: the next claim takes it over and runs it
 	}
-	return New // none, or forgotten
+	return Unseen // none, or forgotten
 }
 
 func (c *config) payload(m Message) ([]byte, error) {

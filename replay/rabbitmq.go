@@ -20,8 +20,8 @@ type Acknowledger interface {
 	Ack(ctx context.Context, done []Message) error
 }
 
-// RabbitOpt configures a RabbitSource. Every option states its default.
-type RabbitOpt interface{ applyRabbit(*rabbitConfig) }
+// RabbitOption configures a RabbitSource. Every option states its default.
+type RabbitOption interface{ applyRabbit(*rabbitConfig) }
 
 type rabbitOptFunc func(*rabbitConfig)
 
@@ -36,13 +36,13 @@ type rabbitConfig struct {
 
 // RabbitKeyHeader reads a message's key from the named header, as the RabbitMQ
 // worker's WithKeyHeader does. Default: the message's MessageId property.
-func RabbitKeyHeader(name string) RabbitOpt {
+func RabbitKeyHeader(name string) RabbitOption {
 	return rabbitOptFunc(func(c *rabbitConfig) { c.keyHeader = name })
 }
 
 // RabbitKeyFunc computes a message's key; it replaces the header and MessageId.
 // Default: none.
-func RabbitKeyFunc(fn func(amqp091.Delivery) (consumer.Key, error)) RabbitOpt {
+func RabbitKeyFunc(fn func(amqp091.Delivery) (consumer.Key, error)) RabbitOption {
 	return rabbitOptFunc(func(c *rabbitConfig) { c.keyFunc = fn })
 }
 
@@ -51,13 +51,13 @@ func RabbitKeyFunc(fn func(amqp091.Delivery) (consumer.Key, error)) RabbitOpt {
 // queue's length; the source then holds every message it read (bodies included)
 // until it acks or closes. Set it for executions over queues too large for memory:
 // a plan over such a source stops, with an error, at the bound.
-func RabbitPrefetch(n int) RabbitOpt {
+func RabbitPrefetch(n int) RabbitOption {
 	return rabbitOptFunc(func(c *rabbitConfig) { c.prefetch = n })
 }
 
 // RabbitIdle is how long Read waits for a delivery before it takes the queue as
 // drained (other consumers may hold the rest). Default 2s.
-func RabbitIdle(d time.Duration) RabbitOpt {
+func RabbitIdle(d time.Duration) RabbitOption {
 	return rabbitOptFunc(func(c *rabbitConfig) { c.idle = d })
 }
 
@@ -79,7 +79,7 @@ type RabbitSource struct {
 
 // OpenRabbitMQ opens a source over queue on conn. The range is the messages in the
 // queue at this moment (its message count); messages published later are not read.
-func OpenRabbitMQ(conn *amqp091.Connection, queue string, opts ...RabbitOpt) (*RabbitSource, error) {
+func OpenRabbitMQ(conn *amqp091.Connection, queue string, opts ...RabbitOption) (*RabbitSource, error) {
 	if conn == nil || conn.IsClosed() {
 		return nil, configError("a RabbitMQ source needs an open connection")
 	}

@@ -115,7 +115,7 @@ func TestRabbitMQQueueReplay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if plan.Messages != 100 || plan.Counts[replay.New] != 40 || plan.Counts[replay.Duplicate] != 60 {
+	if plan.Messages != 100 || plan.Counts[replay.Unseen] != 40 || plan.Counts[replay.Duplicate] != 60 {
 		t.Fatalf("plan: %d messages, counts %v; want 40 NEW, 60 DUPLICATE", plan.Messages, plan.Counts)
 	}
 	r.depth(q, 100)

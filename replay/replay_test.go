@@ -93,7 +93,7 @@ func TestKafkaReplayPlanInterruptResume(t *testing.T) {
 		}
 	}
 
-	open := func(opts ...replay.KafkaOpt) *replay.KafkaSource {
+	open := func(opts ...replay.KafkaOption) *replay.KafkaSource {
 		src, err := replay.OpenKafka(ctx, []kgo.Opt{kgo.SeedBrokers(brokers...)}, replay.KafkaRange{Topic: "orders"}, opts...)
 		if err != nil {
 			t.Fatal(err)
@@ -105,7 +105,7 @@ func TestKafkaReplayPlanInterruptResume(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if plan.Messages != n || plan.Counts[replay.Duplicate] != processed || plan.Counts[replay.New] != n-processed || len(plan.Counts) != 2 {
+	if plan.Messages != n || plan.Counts[replay.Duplicate] != processed || plan.Counts[replay.Unseen] != n-processed || len(plan.Counts) != 2 {
 		t.Fatalf("plan: %d messages, %v", plan.Messages, plan.Counts)
 	}
 
@@ -195,7 +195,7 @@ func TestJSONLCanonicalAndGuards(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[replay.Verdict]int{replay.Conflict: 1, replay.New: 2, replay.Invalid: 2, replay.Quarantine: 1}
+	want := map[replay.Verdict]int{replay.Conflict: 1, replay.Unseen: 2, replay.Invalid: 2, replay.Quarantine: 1}
 	if fmt.Sprint(plan.Counts) != fmt.Sprint(want) || plan.BeyondRetention != 1 || plan.BeyondRetentionNew != 1 {
 		t.Fatalf("plan: %v, beyond retention %d/%d", plan.Counts, plan.BeyondRetention, plan.BeyondRetentionNew)
 	}

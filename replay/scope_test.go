@@ -60,7 +60,7 @@ func TestSharedEntryPointsRefuseTheDefaultScope(t *testing.T) {
 	}
 
 	plan, err := replay.Plan(ctx, store, openJSONL(t, lines))
-	if err != nil || plan.Scope != consumer.DefaultScope || plan.Counts[replay.Failed] != 1 || plan.Counts[replay.New] != 1 {
+	if err != nil || plan.Scope != consumer.DefaultScope || plan.Counts[replay.Failed] != 1 || plan.Counts[replay.Unseen] != 1 {
 		t.Fatalf("plan on the default scope: %+v, %v", plan, err)
 	}
 

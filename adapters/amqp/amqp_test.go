@@ -340,7 +340,7 @@ func TestInvalidConfiguration(t *testing.T) {
 		store consumer.Store
 		url   string
 		topo  idemamqp.Topology
-		opts  []idemamqp.Opt
+		opts  []idemamqp.Option
 		hint  string
 	}{
 		{"nil store", nil, testenv.LocalAMQPURL, topo, nil, "nil store"},
@@ -349,9 +349,9 @@ func TestInvalidConfiguration(t *testing.T) {
 		{"no queue", store, testenv.LocalAMQPURL, idemamqp.Topology{}, nil, "Topology.Queue"},
 		{"dlq is queue", store, testenv.LocalAMQPURL, idemamqp.Topology{Queue: "q", DeadLetterQueue: "q"}, nil, "DeadLetterQueue"},
 		{"bad delay", store, testenv.LocalAMQPURL, idemamqp.Topology{Queue: "q", RetryDelays: []time.Duration{time.Microsecond}}, nil, "retry delay"},
-		{"prefetch", store, testenv.LocalAMQPURL, topo, []idemamqp.Opt{idemamqp.WithPrefetch(0)}, "WithPrefetch"},
-		{"concurrency", store, testenv.LocalAMQPURL, topo, []idemamqp.Opt{idemamqp.WithPrefetch(2), idemamqp.WithConcurrency(5)}, "WithConcurrency"},
-		{"value key", store, testenv.LocalAMQPURL, topo, []idemamqp.Opt{idemamqp.WithValueKey(func(o order) (consumer.Key, error) { return "", nil })}, "WithValueKey"},
+		{"prefetch", store, testenv.LocalAMQPURL, topo, []idemamqp.Option{idemamqp.WithPrefetch(0)}, "WithPrefetch"},
+		{"concurrency", store, testenv.LocalAMQPURL, topo, []idemamqp.Option{idemamqp.WithPrefetch(2), idemamqp.WithConcurrency(5)}, "WithConcurrency"},
+		{"value key", store, testenv.LocalAMQPURL, topo, []idemamqp.Option{idemamqp.WithValueKey(func(o order) (consumer.Key, error) { return "", nil })}, "WithValueKey"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := idemamqp.NewWorker(tc.store, tc.url, tc.topo, h, tc.opts...)

@@ -43,8 +43,8 @@ const MaxErrorHeader = 4 << 10
 // itself for NewWorker).
 type KeyFunc func(d amqp091.Delivery, v any) (consumer.Key, error)
 
-// Opt configures a worker. Every option states its default.
-type Opt interface{ apply(*config) }
+// Option configures a worker. Every option states its default.
+type Option interface{ apply(*config) }
 
 type optFunc func(*config)
 
@@ -83,23 +83,23 @@ func defaults() config {
 // broker sends ahead, which is also the engine's in-flight window. Default 256,
 // sized for handlers that wait on I/O for milliseconds (256 / 2 ms = 128,000
 // messages/s at most).
-func WithPrefetch(n int) Opt { return optFunc(func(c *config) { c.prefetch = n }) }
+func WithPrefetch(n int) Option { return optFunc(func(c *config) { c.prefetch = n }) }
 
 // WithConcurrency sets how many handlers run at once (at most the prefetch).
 // Default: the prefetch (256), for I/O-bound handlers; lower it for CPU-bound ones.
-func WithConcurrency(n int) Opt { return optFunc(func(c *config) { c.concurrency = n }) }
+func WithConcurrency(n int) Option { return optFunc(func(c *config) { c.concurrency = n }) }
 
 // WithMaxAttempts sets after how many deliveries (the adapter's x-idemkit-attempts
 // header) a message still failing or in progress goes to the dead-letter queue.
 // Default: the store's max attempts.
-func WithMaxAttempts(n int) Opt { return optFunc(func(c *config) { c.maxAttempts = n }) }
+func WithMaxAttempts(n int) Option { return optFunc(func(c *config) { c.maxAttempts = n }) }
 
 // WithKeyHeader reads the key from the named header instead of MessageId.
 // Default "": the MessageId.
-func WithKeyHeader(name string) Opt { return optFunc(func(c *config) { c.keyHeader = name }) }
+func WithKeyHeader(name string) Option { return optFunc(func(c *config) { c.keyHeader = name }) }
 
 // WithKeyFunc computes every delivery's key. Default none.
-func WithKeyFunc(fn func(d amqp091.Delivery) (consumer.Key, error)) Opt {
+func WithKeyFunc(fn func(d amqp091.Delivery) (consumer.Key, error)) Option {
 	return optFunc(func(c *config) {
 		c.keyFunc = nil
 		if fn != nil {
@@ -109,7 +109,7 @@ func WithKeyFunc(fn func(d amqp091.Delivery) (consumer.Key, error)) Opt {
 }
 
 // WithValueKey takes the key from the decoded body of a NewTypedWorker[V]. Default none.
-func WithValueKey[V any](fn func(v V) (consumer.Key, error)) Opt {
+func WithValueKey[V any](fn func(v V) (consumer.Key, error)) Option {
 	return optFunc(func(c *config) {
 		c.valueType, c.keyFunc = reflect.TypeFor[V](), nil
 		if fn != nil {
@@ -120,13 +120,13 @@ func WithValueKey[V any](fn func(v V) (consumer.Key, error)) Opt {
 
 // WithDeclare turns declaring the topology at every (re)connection on or off.
 // Default on.
-func WithDeclare(on bool) Opt { return optFunc(func(c *config) { c.declare = on }) }
+func WithDeclare(on bool) Option { return optFunc(func(c *config) { c.declare = on }) }
 
 // WithConsumerTimeout tells the worker the broker's consumer_timeout (RabbitMQ's
 // default is 30 minutes): a delivery unacked for that long has its channel closed.
 // The worker warns at construction when the store's lease is not below it. It
 // cannot read the broker's setting over AMQP. Default 30m.
-func WithConsumerTimeout(d time.Duration) Opt {
+func WithConsumerTimeout(d time.Duration) Option {
 	return optFunc(func(c *config) { c.consumerTimeout = d })
 }
 
@@ -135,20 +135,20 @@ func WithConsumerTimeout(d time.Duration) Opt {
 // their originals acked; then running handlers see their contexts cancelled, no
 // further copy is sent, and what is not settled returns to the queue whole.
 // Default 10s.
-func WithShutdownGrace(d time.Duration) Opt { return optFunc(func(c *config) { c.shutdownGrace = d }) }
+func WithShutdownGrace(d time.Duration) Option { return optFunc(func(c *config) { c.shutdownGrace = d }) }
 
 // WithReconnectBackoff sets the reconnection backoff: base doubling to max, with
 // full jitter. Default 100ms to 10s.
-func WithReconnectBackoff(base, max time.Duration) Opt {
+func WithReconnectBackoff(base, max time.Duration) Option {
 	return optFunc(func(c *config) { c.backoffBase, c.backoffMax = base, max })
 }
 
 // WithName sets the connection name shown by the broker and the consumer tag
 // prefix. Default "idemkit-worker".
-func WithName(name string) Opt { return optFunc(func(c *config) { c.name = name }) }
+func WithName(name string) Option { return optFunc(func(c *config) { c.name = name }) }
 
 // WithLogger sets the logger. Default: the store's.
-func WithLogger(l *slog.Logger) Opt { return optFunc(func(c *config) { c.logger = l }) }
+func WithLogger(l *slog.Logger) Option { return optFunc(func(c *config) { c.logger = l }) }
 
 func (c *config) validate() error {
 	switch {

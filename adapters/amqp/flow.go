@@ -34,8 +34,8 @@ type flow[V, T any] struct {
 }
 
 func (w *Worker[V, T]) newFlow(ctx context.Context, sub *amqp091.Channel, p *publisher) (*flow[V, T], error) {
-	pipe, err := consumer.NewPipeline[T](ctx, w.store, consumer.WithWindow(w.cfg.prefetch),
-		consumer.WithHandlers(w.cfg.concurrency), consumer.WithSource("amqp"))
+	pipe, err := consumer.NewPipeline[T](ctx, w.store, consumer.WithInFlight(w.cfg.prefetch),
+		consumer.WithConcurrency(w.cfg.concurrency), consumer.WithSource("amqp"))
 	if err != nil {
 		return nil, err
 	}
@@ -158,7 +158,7 @@ func (f *flow[V, T]) settled(ctx context.Context, d amqp091.Delivery, key consum
 	}
 	attempts := attemptsOf(d)
 	switch r.Action() {
-	case consumer.Settle:
+	case consumer.Ack:
 		f.ack(d)
 		return
 	case consumer.DeadLetter:

@@ -46,7 +46,7 @@ type Worker[V, T any] struct {
 // NewWorker returns a worker that runs handler on every delivery of topo.Queue on
 // the broker at url (amqp://user:pass@host:port/vhost).
 func NewWorker[T any](store consumer.Store, url string, topo Topology,
-	handler func(ctx context.Context, d amqp091.Delivery) (T, error), opts ...Opt) (*Worker[amqp091.Delivery, T], error) {
+	handler func(ctx context.Context, d amqp091.Delivery) (T, error), opts ...Option) (*Worker[amqp091.Delivery, T], error) {
 	if handler == nil {
 		return nil, configError("nil handler")
 	}
@@ -59,7 +59,7 @@ func NewWorker[T any](store consumer.Store, url string, topo Topology,
 // NewTypedWorker is NewWorker with a decode step: a body that decode refuses goes
 // to the dead-letter queue with the reason and never reaches handler.
 func NewTypedWorker[V, T any](store consumer.Store, url string, topo Topology, decode func(amqp091.Delivery) (V, error),
-	handler func(ctx context.Context, v V, d amqp091.Delivery) (T, error), opts ...Opt) (*Worker[V, T], error) {
+	handler func(ctx context.Context, v V, d amqp091.Delivery) (T, error), opts ...Option) (*Worker[V, T], error) {
 	cfg := defaults()
 	for _, o := range opts {
 		if o == nil {

@@ -75,8 +75,8 @@ func (o Ordering) String() string {
 // itself for New).
 type KeyFunc func(rec *kgo.Record, v any) (consumer.Key, error)
 
-// Opt configures the adapter. Every option states its default.
-type Opt interface{ apply(*config) }
+// Option configures the adapter. Every option states its default.
+type Option interface{ apply(*config) }
 
 type optFunc func(*config)
 
@@ -125,11 +125,11 @@ func defaults() config {
 
 // WithKeyHeader reads the key from the named header. Default "Idempotency-Key";
 // records without it get a key from their coordinates (see the package doc).
-func WithKeyHeader(name string) Opt { return optFunc(func(c *config) { c.keyHeader = name }) }
+func WithKeyHeader(name string) Option { return optFunc(func(c *config) { c.keyHeader = name }) }
 
 // WithKeyFunc computes the key of every record; it replaces the header lookup. A
 // returned error dead-letters the record with that reason. Default: none.
-func WithKeyFunc(fn func(rec *kgo.Record) (consumer.Key, error)) Opt {
+func WithKeyFunc(fn func(rec *kgo.Record) (consumer.Key, error)) Option {
 	return optFunc(func(c *config) {
 		if fn == nil {
 			c.keyFunc = nil
@@ -142,7 +142,7 @@ func WithKeyFunc(fn func(rec *kgo.Record) (consumer.Key, error)) Opt {
 // WithValueKey takes the key from the decoded value (a field of the event) for a
 // consumer made with NewTyped[V]. A returned error dead-letters the record.
 // Default: none.
-func WithValueKey[V any](fn func(v V) (consumer.Key, error)) Opt {
+func WithValueKey[V any](fn func(v V) (consumer.Key, error)) Option {
 	return optFunc(func(c *config) {
 		c.valueType = reflect.TypeFor[V]()
 		if fn == nil {
@@ -157,7 +157,7 @@ func WithValueKey[V any](fn func(v V) (consumer.Key, error)) Opt {
 // "<topic>.dlq". Each must exist when Run starts (for a topic found by
 // kgo.ConsumeRegex, when it is first assigned), or be created by
 // WithCreateDeadLetterTopics.
-func WithDeadLetterTopic(fn func(topic string) string) Opt {
+func WithDeadLetterTopic(fn func(topic string) string) Option {
 	return optFunc(func(c *config) { c.deadLetter = fn })
 }
 
@@ -167,38 +167,38 @@ func WithDeadLetterTopic(fn func(topic string) string) Opt {
 // later). The consumer's principal needs CREATE on them. Default: off, and Run
 // refuses to start while a named topic's dead-letter topic is missing (see the
 // package doc).
-func WithCreateDeadLetterTopics(partitions int32, replication int16) Opt {
+func WithCreateDeadLetterTopics(partitions int32, replication int16) Option {
 	return optFunc(func(c *config) { c.createDLQ, c.dlqPartitions, c.dlqReplication = true, partitions, replication })
 }
 
 // WithOrdering says which records may run at once: ByKey (default), ByPartition
 // or Unordered. Commits are of the settled prefix of each partition in every mode.
-func WithOrdering(o Ordering) Opt { return optFunc(func(c *config) { c.ordering = o }) }
+func WithOrdering(o Ordering) Option { return optFunc(func(c *config) { c.ordering = o }) }
 
 // WithInFlight bounds the records that are claimed, running or being settled at
 // once, over all partitions (the engine's window). Default 256, sized for handlers
 // that wait on I/O for a few milliseconds: in-flight / handler latency bounds the
 // throughput (256 / 2 ms = 128,000 records/s).
-func WithInFlight(n int) Opt { return optFunc(func(c *config) { c.inFlight = n }) }
+func WithInFlight(n int) Option { return optFunc(func(c *config) { c.inFlight = n }) }
 
 // WithConcurrency bounds the handlers running at once. Default 256 (as many as the
 // in-flight window, for I/O-bound handlers); lower it for CPU-bound ones.
-func WithConcurrency(n int) Opt { return optFunc(func(c *config) { c.handlers = n }) }
+func WithConcurrency(n int) Option { return optFunc(func(c *config) { c.handlers = n }) }
 
 // WithPartitionInFlight bounds the records of one partition taken and not yet
 // settled; a partition at the bound is paused (its fetches stop) until half of them
 // settled, and the other partitions go on. It is meant for a partition that is
 // stuck (a stalled record in ByPartition, many records of a stalled key), not for
 // the normal flow, which the in-flight window paces. Default 1024.
-func WithPartitionInFlight(n int) Opt { return optFunc(func(c *config) { c.partitionLimit = n }) }
+func WithPartitionInFlight(n int) Option { return optFunc(func(c *config) { c.partitionLimit = n }) }
 
 // WithMaxPollRecords bounds the records taken per poll. Default 1000.
-func WithMaxPollRecords(n int) Opt { return optFunc(func(c *config) { c.maxPoll = n }) }
+func WithMaxPollRecords(n int) Option { return optFunc(func(c *config) { c.maxPoll = n }) }
 
 // WithBackoff sets the retry backoff of a record whose handler failed with a
 // retryable error: base doubling up to max, with full jitter. A retrying record
 // holds back only its key (and its partition's commit point). Default 100ms to 5s.
-func WithBackoff(base, max time.Duration) Opt {
+func WithBackoff(base, max time.Duration) Option {
 	return optFunc(func(c *config) { c.backoffBase, c.backoffMax = base, max })
 }
 
@@ -207,33 +207,33 @@ func WithBackoff(base, max time.Duration) Opt {
 // go on; records still running then see their contexts cancelled and run again on
 // the partition's next owner. It bounds how long this member holds up a rebalance;
 // keep it below the group's rebalance timeout. Default 5s.
-func WithRevokeDrain(d time.Duration) Opt { return optFunc(func(c *config) { c.revokeDrain = d }) }
+func WithRevokeDrain(d time.Duration) Option { return optFunc(func(c *config) { c.revokeDrain = d }) }
 
 // WithCommitInterval sets how often the settled prefix of each partition is
 // committed. Default 100ms.
-func WithCommitInterval(d time.Duration) Opt { return optFunc(func(c *config) { c.commitEvery = d }) }
+func WithCommitInterval(d time.Duration) Option { return optFunc(func(c *config) { c.commitEvery = d }) }
 
 // WithShutdownGrace bounds how long the records taken may still settle after Run's
 // context is cancelled; then running handlers see their contexts cancelled. Default
 // 10s.
-func WithShutdownGrace(d time.Duration) Opt { return optFunc(func(c *config) { c.shutdownGrace = d }) }
+func WithShutdownGrace(d time.Duration) Option { return optFunc(func(c *config) { c.shutdownGrace = d }) }
 
 // WithLogger sets the logger. Default: the store's logger.
-func WithLogger(l *slog.Logger) Opt { return optFunc(func(c *config) { c.logger = l }) }
+func WithLogger(l *slog.Logger) Option { return optFunc(func(c *config) { c.logger = l }) }
 
 // WithOnAssigned, WithOnRevoked and WithOnLost run fn after the adapter's own
 // handling of the group event (kgo's callbacks of that name are the adapter's).
-func WithOnAssigned(fn func(context.Context, *kgo.Client, map[string][]int32)) Opt {
+func WithOnAssigned(fn func(context.Context, *kgo.Client, map[string][]int32)) Option {
 	return optFunc(func(c *config) { c.onAssigned = fn })
 }
 
 // WithOnRevoked: see WithOnAssigned.
-func WithOnRevoked(fn func(context.Context, *kgo.Client, map[string][]int32)) Opt {
+func WithOnRevoked(fn func(context.Context, *kgo.Client, map[string][]int32)) Option {
 	return optFunc(func(c *config) { c.onRevoked = fn })
 }
 
 // WithOnLost: see WithOnAssigned.
-func WithOnLost(fn func(context.Context, *kgo.Client, map[string][]int32)) Opt {
+func WithOnLost(fn func(context.Context, *kgo.Client, map[string][]int32)) Option {
 	return optFunc(func(c *config) { c.onLost = fn })
 }
 

@@ -81,7 +81,7 @@ type partition struct {
 // clientOpts describe (kgo.SeedBrokers, kgo.ConsumerGroup, kgo.ConsumeTopics, TLS,
 // SASL...). See the package doc for what it adds to and refuses in clientOpts.
 func New[T any](store consumer.Store, clientOpts []kgo.Opt, handler func(ctx context.Context, rec *kgo.Record) (T, error),
-	opts ...Opt) (*Consumer[*kgo.Record, T], error) {
+	opts ...Option) (*Consumer[*kgo.Record, T], error) {
 	if handler == nil {
 		return nil, configError("nil handler")
 	}
@@ -95,7 +95,7 @@ func New[T any](store consumer.Store, clientOpts []kgo.Opt, handler func(ctx con
 // before its key is taken; a record it cannot decode goes to the dead-letter topic
 // with the reason and never reaches handler.
 func NewTyped[V, T any](store consumer.Store, clientOpts []kgo.Opt, decode func(*kgo.Record) (V, error),
-	handler func(ctx context.Context, v V, rec *kgo.Record) (T, error), opts ...Opt) (*Consumer[V, T], error) {
+	handler func(ctx context.Context, v V, rec *kgo.Record) (T, error), opts ...Option) (*Consumer[V, T], error) {
 	cfg := defaults()
 	for _, o := range opts {
 		if o == nil {
@@ -235,8 +235,8 @@ func (c *Consumer[V, T]) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	pipe, err := consumer.NewPipeline[T](context.WithoutCancel(ctx), c.store, consumer.WithWindow(c.cfg.inFlight),
-		consumer.WithHandlers(c.cfg.handlers), consumer.WithSource("kafka"))
+	pipe, err := consumer.NewPipeline[T](context.WithoutCancel(ctx), c.store, consumer.WithInFlight(c.cfg.inFlight),
+		consumer.WithConcurrency(c.cfg.handlers), consumer.WithSource("kafka"))
 	if err != nil {
 		c.cl.Close()
 		return err

@@ -122,7 +122,7 @@
 // The adapter reports to the observers of its store (consumer.WithObserver), the
 // one registry of idemkit's events; the record's topic, partition and offset travel
 // as the events' Origin. Every run of a record is the engine's (consumer.HandlerHook,
-// OutcomeHook: its final outcome is the one whose Action is Settle, or its
+// OutcomeHook: its final outcome is the one whose Action is Ack, or its
 // dead-letter copy); the adapter adds each retry in place (RetryHook), each
 // dead-letter copy the broker confirmed (DeadLetterHook, with the reason as Err,
 // also for records that could not run), each commit with the partition's lag and

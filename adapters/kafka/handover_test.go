@@ -79,7 +79,7 @@ func revocationDrain(t *testing.T, poison bool) {
 	dead := &dlqCounter{}
 	// Each member has a store of its own (the records are shared) observed by
 	// the counters and by the member's own observers obs.
-	newMember := func(obs []consumer.Observer, opts ...kafka.Opt) *kafka.Consumer[event, string] {
+	newMember := func(obs []consumer.Observer, opts ...kafka.Option) *kafka.Consumer[event, string] {
 		kopts := append(groupOpts(brokers, "drain-svc", "drain"), kgo.Balancers(kgo.RangeBalancer())) // eager: a join revokes everything
 		store := stores(consumer.WithObserver(append(obs, outcomeCounter{&outcomes}, dead)...))
 		opts = append(opts, kafka.WithRevokeDrain(30*time.Second))

@@ -159,7 +159,7 @@ func exactlyOnceThroughRebalances(t *testing.T, ordering kafka.Ordering) {
 type outcomeCounter struct{ m *sync.Map }
 
 func (h outcomeCounter) OnOutcome(e consumer.OutcomeEvent) {
-	if e.Action != consumer.Settle && e.Action != consumer.DeadLetter {
+	if e.Action != consumer.Ack && e.Action != consumer.DeadLetter {
 		return
 	}
 	v, _ := h.m.LoadOrStore(e.Outcome, new(atomic.Int64))
@@ -178,7 +178,7 @@ func (h outcomeCounter) get(o consumer.Outcome) int {
 type settledCounter struct{ n *atomic.Int64 }
 
 func (c settledCounter) OnOutcome(e consumer.OutcomeEvent) {
-	if e.Action == consumer.Settle {
+	if e.Action == consumer.Ack {
 		c.n.Add(1)
 	}
 }
@@ -423,7 +423,7 @@ func TestInvalidConfiguration(t *testing.T) {
 		store consumer.Store
 		kopts []kgo.Opt
 		h     func(ctx context.Context, rec *kgo.Record) (int, error)
-		opts  []kafka.Opt
+		opts  []kafka.Option
 		hint  string
 	}{
 		{"no group", store, []kgo.Opt{kgo.SeedBrokers(brokers...), kgo.ConsumeTopics("cfg")}, h, nil, "kgo.ConsumerGroup"},
@@ -432,13 +432,13 @@ func TestInvalidConfiguration(t *testing.T) {
 		{"dlq consumed", store, groupOpts(brokers, "g", "cfg", "cfg.dlq"), h, nil, "WithDeadLetterTopic"},
 		{"nil store", nil, groupOpts(brokers, "g", "cfg"), h, nil, "nil store"},
 		{"nil handler", store, groupOpts(brokers, "g", "cfg"), nil, nil, "nil handler"},
-		{"empty header", store, groupOpts(brokers, "g", "cfg"), h, []kafka.Opt{kafka.WithKeyHeader("")}, "WithKeyHeader"},
-		{"bad backoff", store, groupOpts(brokers, "g", "cfg"), h, []kafka.Opt{kafka.WithBackoff(time.Second, time.Millisecond)}, "WithBackoff"},
-		{"dead-letter partitions", store, groupOpts(brokers, "g", "cfg"), h, []kafka.Opt{kafka.WithCreateDeadLetterTopics(0, 1)}, "WithCreateDeadLetterTopics(0, 1)"},
-		{"dead-letter replicas", store, groupOpts(brokers, "g", "cfg"), h, []kafka.Opt{kafka.WithCreateDeadLetterTopics(-1, -2)}, "WithCreateDeadLetterTopics(-1, -2)"},
-		{"poll size", store, groupOpts(brokers, "g", "cfg"), h, []kafka.Opt{kafka.WithMaxPollRecords(0)}, "WithMaxPollRecords"},
+		{"empty header", store, groupOpts(brokers, "g", "cfg"), h, []kafka.Option{kafka.WithKeyHeader("")}, "WithKeyHeader"},
+		{"bad backoff", store, groupOpts(brokers, "g", "cfg"), h, []kafka.Option{kafka.WithBackoff(time.Second, time.Millisecond)}, "WithBackoff"},
+		{"dead-letter partitions", store, groupOpts(brokers, "g", "cfg"), h, []kafka.Option{kafka.WithCreateDeadLetterTopics(0, 1)}, "WithCreateDeadLetterTopics(0, 1)"},
+		{"dead-letter replicas", store, groupOpts(brokers, "g", "cfg"), h, []kafka.Option{kafka.WithCreateDeadLetterTopics(-1, -2)}, "WithCreateDeadLetterTopics(-1, -2)"},
+		{"poll size", store, groupOpts(brokers, "g", "cfg"), h, []kafka.Option{kafka.WithMaxPollRecords(0)}, "WithMaxPollRecords"},
 		{"value key type", store, groupOpts(brokers, "g", "cfg"), h,
-			[]kafka.Opt{kafka.WithValueKey(func(ev event) (consumer.Key, error) { return consumer.Key(ev.ID), nil })}, "WithValueKey"},
+			[]kafka.Option{kafka.WithValueKey(func(ev event) (consumer.Key, error) { return consumer.Key(ev.ID), nil })}, "WithValueKey"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := kafka.New(tc.store, tc.kopts, tc.h, tc.opts...)

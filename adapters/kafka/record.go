@@ -202,7 +202,7 @@ func (c *Consumer[V, T]) done(r *record[V], res consumer.Result[T]) {
 			"offset", r.rec.Offset, "panic", fmt.Sprint(pe.Value), "stack", string(pe.Stack))
 	}
 	switch res.Action() {
-	case consumer.Settle:
+	case consumer.Ack:
 		c.finish(r, true)
 	case consumer.DeadLetter:
 		go c.deadLetter(r, consumer.DeadLetterKind(res.Err), res.Attempt, res.Outcome, res.Err)

@@ -24,7 +24,7 @@ func (a *app) openQueue(s *sourceFlags) (replay.Source, int64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	var opts []replay.RabbitOpt
+	var opts []replay.RabbitOption
 	if s.keyHeaderGiven() {
 		opts = append(opts, replay.RabbitKeyHeader(s.keyHeader))
 	}

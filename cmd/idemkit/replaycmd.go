@@ -119,7 +119,7 @@ func (a *app) open(ctx context.Context, s *sourceFlags, resume *replay.Checkpoin
 	if err != nil {
 		return nil, 0, err
 	}
-	kopts := []replay.KafkaOpt{replay.KeyHeader(s.keyHeader)}
+	kopts := []replay.KafkaOption{replay.KeyHeader(s.keyHeader)}
 	if resume != nil {
 		kopts = append(kopts, replay.ResumeFrom(*resume))
 	}
@@ -333,7 +333,7 @@ func (a *app) dryRun(ctx context.Context, s *sourceFlags, store consumer.Store) 
 	}
 	a.printPlan(plan, s)
 	fmt.Fprintf(a.out, "dry run: nothing was run; add --execute to run the %d NEW and %d RETRY messages\n",
-		plan.Counts[replay.New], plan.Counts[replay.Retry])
+		plan.Counts[replay.Unseen], plan.Counts[replay.Retry])
 	return nil
 }
 
@@ -409,7 +409,7 @@ func (a *app) printReport(r replay.Report, s *sourceFlags, finished bool) {
 	vs := []replay.Verdict{replay.Ran}
 	vs = append(vs, replay.Verdicts...)
 	for _, v := range vs {
-		if v != replay.New && v != replay.Retry {
+		if v != replay.Unseen && v != replay.Retry {
 			fmt.Fprintf(tw, "%s\t%d\n", v, r.Counts[v])
 		}
 	}

@@ -30,7 +30,7 @@ func testResultTooLarge(t *testing.T, f Factory) {
 	if !dup.ResultDropped || !errors.As(dup.Err, &tl) || tl.Size != 102 || dup.Value != "" {
 		t.Fatalf("duplicate: %+v", dup)
 	}
-	if dup.Action() != consumer.Settle || runs.Load() != 1 {
+	if dup.Action() != consumer.Ack || runs.Load() != 1 {
 		t.Fatalf("action %v runs %d", dup.Action(), runs.Load())
 	}
 }
@@ -47,7 +47,7 @@ func testUndecodable(t *testing.T, f Factory) {
 		return 0, nil
 	})
 	expect(t, r, consumer.Duplicate, consumer.ErrUndecodableResult)
-	if r.Action() != consumer.Settle {
+	if r.Action() != consumer.Ack {
 		t.Fatalf("an undecodable duplicate must still be settled, got %v", r.Action())
 	}
 }

@@ -35,7 +35,7 @@ func BenchmarkTracerHooks(b *testing.B) {
 				e := consumer.HandlerEvent{Scope: "s", Key: k, Attempt: 1, Fence: int64(i)}
 				_, end := tr.StartHandler(context.Background(), e)
 				end(e)
-				tr.OnOutcome(consumer.OutcomeEvent{Source: "execute", Scope: "s", Key: k, Outcome: consumer.Success, Action: consumer.Settle, Attempt: 1, Fence: int64(i)})
+				tr.OnOutcome(consumer.OutcomeEvent{Source: "execute", Scope: "s", Key: k, Outcome: consumer.Success, Action: consumer.Ack, Attempt: 1, Fence: int64(i)})
 			}
 		})
 	}

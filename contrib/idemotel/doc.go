@@ -47,7 +47,7 @@
 //	idemkit.fence                   the claim's fence
 //	idemkit.source                  who ran the execution: execute, pipeline, kafka, amqp, http, replay
 //	idemkit.outcome                 success, duplicate, in_progress or error
-//	idemkit.action                  settle, wait, retry, dead_letter or reject
+//	idemkit.action                  ack, wait, retry, dead_letter or reject
 //	error.type                      the error's kind (consumer.KindLabel), when there is an error
 //
 // These values are those of the metrics (see Labels below). A span whose outcome

@@ -93,7 +93,7 @@ var answerNames = [5]string{"claimed", "duplicate", "in_progress", "conflict", "
 
 // NewMeter returns a Meter configured by opts, or an error that names a bad
 // option or says why an instrument could not be made.
-func NewMeter(options ...MeterOpt) (*Meter, error) {
+func NewMeter(options ...MeterOption) (*Meter, error) {
 	c := meterDefaults()
 	for _, o := range options {
 		if o == nil {

@@ -8,8 +8,8 @@ import (
 	"go.opentelemetry.io/otel/metric"
 )
 
-// MeterOpt configures a Meter.
-type MeterOpt interface{ applyMeter(*meterCfg) }
+// MeterOption configures a Meter.
+type MeterOption interface{ applyMeter(*meterCfg) }
 
 type meterOptFunc func(*meterCfg)
 
@@ -63,67 +63,67 @@ func meterDefaults() meterCfg {
 
 // WithMeterProvider sets where measurements go. Default: the global provider
 // (otel.GetMeterProvider) at the time NewMeter is called.
-func WithMeterProvider(p metric.MeterProvider) MeterOpt {
+func WithMeterProvider(p metric.MeterProvider) MeterOption {
 	return meterOptFunc(func(c *meterCfg) { c.provider = p })
 }
 
 // WithScopeAttribute keeps (true) or drops (false) the scope attribute of every
 // instrument. Default true.
-func WithScopeAttribute(on bool) MeterOpt {
+func WithScopeAttribute(on bool) MeterOption {
 	return meterOptFunc(func(c *meterCfg) { c.scopeAttr = on })
 }
 
 // WithKindAttribute keeps (true) or drops (false) the kind attribute (the error's
 // kind) of every instrument. Default true.
-func WithKindAttribute(on bool) MeterOpt { return meterOptFunc(func(c *meterCfg) { c.kindAttr = on }) }
+func WithKindAttribute(on bool) MeterOption { return meterOptFunc(func(c *meterCfg) { c.kindAttr = on }) }
 
 // WithHandlerBoundaries sets the explicit bucket boundaries advised for the
 // handler-duration histogram, in seconds, strictly increasing (a view may still
 // override them). Default 16 boundaries doubling from 1 ms (to 33 s).
-func WithHandlerBoundaries(b []float64) MeterOpt {
+func WithHandlerBoundaries(b []float64) MeterOption {
 	return meterOptFunc(func(c *meterCfg) { c.handlerBounds = b })
 }
 
 // WithStoreBoundaries sets the explicit bucket boundaries advised for the
 // store-latency histogram, in seconds, strictly increasing. Default 16 boundaries
 // doubling from 100 us (to 3.3 s).
-func WithStoreBoundaries(b []float64) MeterOpt {
+func WithStoreBoundaries(b []float64) MeterOption {
 	return meterOptFunc(func(c *meterCfg) { c.storeBounds = b })
 }
 
 // WithLagSeries bounds how many topic/partition series the Kafka commit-lag gauge
 // keeps: past it, the partition committed least recently is dropped. Default 1000.
-func WithLagSeries(n int) MeterOpt { return meterOptFunc(func(c *meterCfg) { c.lagSeries = n }) }
+func WithLagSeries(n int) MeterOption { return meterOptFunc(func(c *meterCfg) { c.lagSeries = n }) }
 
 // WithLagExpiry drops a partition's commit-lag series when no commit was reported
 // for it for d (it moved to another consumer). Default 5 minutes.
-func WithLagExpiry(d time.Duration) MeterOpt {
+func WithLagExpiry(d time.Duration) MeterOption {
 	return meterOptFunc(func(c *meterCfg) { c.lagExpiry = d })
 }
 
 // WithStateCounter adds a StateCounter whose record counts by state are observed
 // under the scope attribute scope ("" when it counts every scope). Give it once
 // per counter. Default none: no record instruments are observed.
-func WithStateCounter(scope string, sc StateCounter) MeterOpt {
+func WithStateCounter(scope string, sc StateCounter) MeterOption {
 	return meterOptFunc(func(c *meterCfg) { c.counters = append(c.counters, scopedCounter{scope: scope, c: sc}) })
 }
 
 // WithRecordInterval is the least time between two record counts: a collection
 // within d of the last count observes that count again. Default 30 seconds; 0
 // counts at every collection.
-func WithRecordInterval(d time.Duration) MeterOpt {
+func WithRecordInterval(d time.Duration) MeterOption {
 	return meterOptFunc(func(c *meterCfg) { c.recordEvery = d })
 }
 
 // WithRecordTimeout bounds one record count; a count that takes longer fails (and
 // idemkit.record_count.errors says so). Default 5 seconds.
-func WithRecordTimeout(d time.Duration) MeterOpt {
+func WithRecordTimeout(d time.Duration) MeterOption {
 	return meterOptFunc(func(c *meterCfg) { c.recordTimeout = d })
 }
 
 // WithLogger receives the errors of record counts, at warning level. Default: a
 // logger that discards.
-func WithLogger(l *slog.Logger) MeterOpt { return meterOptFunc(func(c *meterCfg) { c.logger = l }) }
+func WithLogger(l *slog.Logger) MeterOption { return meterOptFunc(func(c *meterCfg) { c.logger = l }) }
 
 func (c *meterCfg) validate() error {
 	for _, b := range []struct {

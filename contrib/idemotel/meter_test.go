@@ -18,12 +18,12 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
 
-func newMeter(t *testing.T, opts ...idemotel.MeterOpt) (*idemotel.Meter, *sdkmetric.ManualReader) {
+func newMeter(t *testing.T, opts ...idemotel.MeterOption) (*idemotel.Meter, *sdkmetric.ManualReader) {
 	t.Helper()
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
-	m, err := idemotel.NewMeter(append([]idemotel.MeterOpt{idemotel.WithMeterProvider(mp)}, opts...)...)
+	m, err := idemotel.NewMeter(append([]idemotel.MeterOption{idemotel.WithMeterProvider(mp)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +232,7 @@ func TestMeterRecords(t *testing.T) {
 
 func TestBadMeterOptions(t *testing.T) {
 	for _, c := range []struct {
-		opt  idemotel.MeterOpt
+		opt  idemotel.MeterOption
 		want string
 	}{
 		{idemotel.WithMeterProvider(nil), "WithMeterProvider(nil)"},

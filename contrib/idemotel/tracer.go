@@ -73,7 +73,7 @@ const pendingAge = 10 * time.Minute
 
 // NewTracer returns a Tracer configured by opts, or an error that names a bad
 // option.
-func NewTracer(opts ...TracerOpt) (*Tracer, error) {
+func NewTracer(opts ...TracerOption) (*Tracer, error) {
 	c := tracerDefaults()
 	for _, o := range opts {
 		if o == nil {

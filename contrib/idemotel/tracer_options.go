@@ -11,8 +11,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// TracerOpt configures a Tracer.
-type TracerOpt interface{ applyTracer(*tracerCfg) }
+// TracerOption configures a Tracer.
+type TracerOption interface{ applyTracer(*tracerCfg) }
 
 type tracerOptFunc func(*tracerCfg)
 
@@ -42,7 +42,7 @@ func tracerDefaults() tracerCfg {
 
 // WithTracerProvider sets where spans go. Default: the global provider
 // (otel.GetTracerProvider) at the time NewTracer is called.
-func WithTracerProvider(p trace.TracerProvider) TracerOpt {
+func WithTracerProvider(p trace.TracerProvider) TracerOption {
 	return tracerOptFunc(func(c *tracerCfg) { c.provider = p })
 }
 
@@ -50,20 +50,20 @@ func WithTracerProvider(p trace.TracerProvider) TracerOpt {
 // written into produced copies. Default: W3C trace context and W3C baggage
 // (propagation.TraceContext and propagation.Baggage), whatever the global
 // propagator is.
-func WithPropagator(p propagation.TextMapPropagator) TracerOpt {
+func WithPropagator(p propagation.TextMapPropagator) TracerOption {
 	return tracerOptFunc(func(c *tracerCfg) { c.propagator = p })
 }
 
 // WithSystem sets the messaging.system attribute of every span ("kafka",
 // "rabbitmq", ...). Default: none.
-func WithSystem(system string) TracerOpt {
+func WithSystem(system string) TracerOption {
 	return tracerOptFunc(func(c *tracerCfg) { c.system = system })
 }
 
 // WithDestination sets the messaging.destination.name attribute of every span
 // (the topic or queue consumed) and names the spans "process <destination>".
 // Default: none, and spans are named "process".
-func WithDestination(name string) TracerOpt {
+func WithDestination(name string) TracerOption {
 	return tracerOptFunc(func(c *tracerCfg) { c.destination = name })
 }
 
@@ -71,7 +71,7 @@ func WithDestination(name string) TracerOpt {
 // message's headers to the span of every execution whose context holds them (a
 // destination or partition header the producer sets, say). fn runs on the
 // handler's path: keep it fast. Default: none.
-func WithCarrierAttributes(fn func(consumer.Carrier) []attribute.KeyValue) TracerOpt {
+func WithCarrierAttributes(fn func(consumer.Carrier) []attribute.KeyValue) TracerOption {
 	return tracerOptFunc(func(c *tracerCfg) { c.fromCarrier = fn })
 }
 
@@ -79,19 +79,19 @@ func WithCarrierAttributes(fn func(consumer.Carrier) []attribute.KeyValue) Trace
 // headers, the parent of the execution's span (true) instead of a link (false).
 // A link keeps the consumer's work in a trace of its own; a parent puts it in the
 // producer's trace. Default false: a link.
-func WithProducerAsParent(on bool) TracerOpt {
+func WithProducerAsParent(on bool) TracerOption {
 	return tracerOptFunc(func(c *tracerCfg) { c.asParent = on })
 }
 
 // WithKeyAttribute records the idempotency key as the idemkit.key attribute
 // (true) or leaves it out (false), for keys that must not leave the service.
 // Default true.
-func WithKeyAttribute(on bool) TracerOpt { return tracerOptFunc(func(c *tracerCfg) { c.keyAttr = on }) }
+func WithKeyAttribute(on bool) TracerOption { return tracerOptFunc(func(c *tracerCfg) { c.keyAttr = on }) }
 
 // WithOutcomeSpans gives executions that run no handler (duplicates, keys in
 // progress, conflicts, store errors before the claim) a span of their own (true),
 // or none (false). Default true: one span per execution.
-func WithOutcomeSpans(on bool) TracerOpt {
+func WithOutcomeSpans(on bool) TracerOption {
 	return tracerOptFunc(func(c *tracerCfg) { c.outcomes = on })
 }
 
@@ -99,7 +99,7 @@ func WithOutcomeSpans(on bool) TracerOpt {
 // outcome at once; past it a span is ended without the outcome attributes. The
 // wait lasts from the handler's return to the settlement (for ExecuteBatch, until
 // the batch's last handler returns and the batch is settled). Default 10000.
-func WithMaxPending(n int) TracerOpt { return tracerOptFunc(func(c *tracerCfg) { c.maxPending = n }) }
+func WithMaxPending(n int) TracerOption { return tracerOptFunc(func(c *tracerCfg) { c.maxPending = n }) }
 
 // errConfig is what every configuration error wraps.
 var errConfig = errors.New("idemotel: invalid configuration")

@@ -46,12 +46,12 @@ func producer(n byte) (trace.SpanContext, propagation.MapCarrier) {
 	return sc, h
 }
 
-func newTracer(t *testing.T, opts ...idemotel.TracerOpt) (*idemotel.Tracer, *tracetest.InMemoryExporter, *sdktrace.TracerProvider) {
+func newTracer(t *testing.T, opts ...idemotel.TracerOption) (*idemotel.Tracer, *tracetest.InMemoryExporter, *sdktrace.TracerProvider) {
 	t.Helper()
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	tr, err := idemotel.NewTracer(append([]idemotel.TracerOpt{idemotel.WithTracerProvider(tp)}, opts...)...)
+	tr, err := idemotel.NewTracer(append([]idemotel.TracerOption{idemotel.WithTracerProvider(tp)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +184,7 @@ func TestOneSpanPerExecution(t *testing.T) {
 				t.Errorf("failed span %s: status %v, attributes %v", k, s.Status, a)
 			}
 		default:
-			if s.Status.Code != codes.Unset || a["error.type"] != "" || a[idemotel.ActionKey] != "settle" {
+			if s.Status.Code != codes.Unset || a["error.type"] != "" || a[idemotel.ActionKey] != "ack" {
 				t.Errorf("span %s: status %v, attributes %v", k, s.Status, a)
 			}
 		}
@@ -350,7 +350,7 @@ func TestTracerOptions(t *testing.T) {
 
 func TestBadTracerOptions(t *testing.T) {
 	for _, c := range []struct {
-		opt  idemotel.TracerOpt
+		opt  idemotel.TracerOption
 		want string
 	}{
 		{idemotel.WithTracerProvider(nil), "WithTracerProvider(nil)"},

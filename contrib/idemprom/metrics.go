@@ -82,7 +82,7 @@ type (
 var answerNames = [5]string{"claimed", "duplicate", "in_progress", "conflict", "error"}
 
 // New returns Metrics configured by opts, or an error that names a bad option.
-func New(opts ...Opt) (*Metrics, error) {
+func New(opts ...Option) (*Metrics, error) {
 	c := defaults()
 	for _, o := range opts {
 		if o == nil {

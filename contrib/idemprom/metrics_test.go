@@ -18,7 +18,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 )
 
-func newMetrics(t *testing.T, opts ...idemprom.Opt) (*idemprom.Metrics, *prometheus.Registry) {
+func newMetrics(t *testing.T, opts ...idemprom.Option) (*idemprom.Metrics, *prometheus.Registry) {
 	t.Helper()
 	m, err := idemprom.New(opts...)
 	if err != nil {
@@ -140,10 +140,10 @@ func TestCountsMatchARealRun(t *testing.T) {
 idemkit_outcomes_total{action="dead_letter",kind="conflict",outcome="error",scope="orders",source="execute"} 1
 idemkit_outcomes_total{action="dead_letter",kind="permanent",outcome="error",scope="orders",source="execute"} 1
 idemkit_outcomes_total{action="retry",kind="handler",outcome="error",scope="orders",source="execute"} 1
-idemkit_outcomes_total{action="settle",kind="none",outcome="duplicate",scope="orders",source="execute"} 5
-idemkit_outcomes_total{action="settle",kind="none",outcome="duplicate",scope="orders",source="replay"} 1
-idemkit_outcomes_total{action="settle",kind="none",outcome="success",scope="orders",source="execute"} 10
-idemkit_outcomes_total{action="settle",kind="none",outcome="success",scope="orders",source="replay"} 3
+idemkit_outcomes_total{action="ack",kind="none",outcome="duplicate",scope="orders",source="execute"} 5
+idemkit_outcomes_total{action="ack",kind="none",outcome="duplicate",scope="orders",source="replay"} 1
+idemkit_outcomes_total{action="ack",kind="none",outcome="success",scope="orders",source="execute"} 10
+idemkit_outcomes_total{action="ack",kind="none",outcome="success",scope="orders",source="replay"} 3
 idemkit_outcomes_total{action="wait",kind="none",outcome="in_progress",scope="orders",source="execute"} 1
 # HELP idemkit_claim_answers_total What claims found: claimed, duplicate, in_progress (another owner at work), conflict, error.
 # TYPE idemkit_claim_answers_total counter
@@ -308,7 +308,7 @@ func TestDroppedLabels(t *testing.T) {
 # HELP svc_outcomes_total Messages by the outcome of their execution.
 # TYPE svc_outcomes_total counter
 svc_outcomes_total{action="dead_letter",outcome="error",source="execute"} 2
-svc_outcomes_total{action="settle",outcome="success",source="execute"} 2
+svc_outcomes_total{action="ack",outcome="success",source="execute"} 2
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "svc_outcomes_total"); err != nil {
 		t.Fatal(err)
@@ -338,7 +338,7 @@ func TestNativeHistograms(t *testing.T) {
 // A bad option is refused with an error that names it.
 func TestBadOptions(t *testing.T) {
 	for _, c := range []struct {
-		opt  idemprom.Opt
+		opt  idemprom.Option
 		want string
 	}{
 		{idemprom.WithHandlerBuckets(nil), "WithHandlerBuckets"},

@@ -9,8 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Opt configures Metrics.
-type Opt interface{ apply(*cfg) }
+// Option configures Metrics.
+type Option interface{ apply(*cfg) }
 
 type optFunc func(*cfg)
 
@@ -56,32 +56,32 @@ func defaults() cfg {
 
 // WithNamespace sets the prefix of every metric name. Default "idemkit"; "" leaves
 // the names unprefixed.
-func WithNamespace(ns string) Opt { return optFunc(func(c *cfg) { c.namespace = ns }) }
+func WithNamespace(ns string) Option { return optFunc(func(c *cfg) { c.namespace = ns }) }
 
 // WithConstLabels adds labels with fixed values to every metric (a service or
 // instance name, say). Default none.
-func WithConstLabels(l prometheus.Labels) Opt {
+func WithConstLabels(l prometheus.Labels) Option {
 	return optFunc(func(c *cfg) { c.constLabels = l })
 }
 
 // WithScopeLabel keeps (true) or drops (false) the scope label of every metric.
 // Drop it when a process uses many scopes and per-scope series are not worth
 // their cost. Default true.
-func WithScopeLabel(on bool) Opt { return optFunc(func(c *cfg) { c.scopeLabel = on }) }
+func WithScopeLabel(on bool) Option { return optFunc(func(c *cfg) { c.scopeLabel = on }) }
 
 // WithKindLabel keeps (true) or drops (false) the kind label (the error's kind) of
 // every metric. Default true.
-func WithKindLabel(on bool) Opt { return optFunc(func(c *cfg) { c.kindLabel = on }) }
+func WithKindLabel(on bool) Option { return optFunc(func(c *cfg) { c.kindLabel = on }) }
 
 // WithHandlerBuckets sets the classic buckets of the handler-duration histogram, in
 // seconds, strictly increasing. Default 16 buckets doubling from 1 ms (to 33 s).
-func WithHandlerBuckets(b []float64) Opt {
+func WithHandlerBuckets(b []float64) Option {
 	return optFunc(func(c *cfg) { c.handlerBuckets = b })
 }
 
 // WithStoreBuckets sets the classic buckets of the store-latency histogram, in
 // seconds, strictly increasing. Default 16 buckets doubling from 100 us (to 3.3 s).
-func WithStoreBuckets(b []float64) Opt {
+func WithStoreBuckets(b []float64) Option {
 	return optFunc(func(c *cfg) { c.storeBuckets = b })
 }
 
@@ -89,36 +89,36 @@ func WithStoreBuckets(b []float64) Opt {
 // factor 1.1, at most 160 buckets, reset at most once an hour when they reach
 // that), beside their classic buckets: a scraper that negotiates the protobuf
 // format reads the native form, any other the classic one. Default false.
-func WithNativeHistograms(on bool) Opt { return optFunc(func(c *cfg) { c.native = on }) }
+func WithNativeHistograms(on bool) Option { return optFunc(func(c *cfg) { c.native = on }) }
 
 // WithLagSeries bounds how many topic/partition series the Kafka commit-lag gauge
 // keeps: past it, the partition committed least recently is dropped. Default 1000.
-func WithLagSeries(n int) Opt { return optFunc(func(c *cfg) { c.lagSeries = n }) }
+func WithLagSeries(n int) Option { return optFunc(func(c *cfg) { c.lagSeries = n }) }
 
 // WithLagExpiry drops a partition's commit-lag series when no commit was reported
 // for it for d (its partition moved to another consumer, or its topic is no longer
 // consumed), so a scrape never shows a lag frozen in the past. Default 5 minutes.
-func WithLagExpiry(d time.Duration) Opt { return optFunc(func(c *cfg) { c.lagExpiry = d }) }
+func WithLagExpiry(d time.Duration) Option { return optFunc(func(c *cfg) { c.lagExpiry = d }) }
 
 // WithStateCounter adds a StateCounter whose record counts by state are exported
 // under the scope label scope ("" when it counts every scope). Give it once per
 // counter. Default none: no record metrics.
-func WithStateCounter(scope string, sc StateCounter) Opt {
+func WithStateCounter(scope string, sc StateCounter) Option {
 	return optFunc(func(c *cfg) { c.counters = append(c.counters, scopedCounter{scope: scope, c: sc}) })
 }
 
 // WithRecordInterval is the least time between two record counts: a scrape within
 // d of the last count reports that count again. Default 30 seconds; 0 counts at
 // every scrape.
-func WithRecordInterval(d time.Duration) Opt { return optFunc(func(c *cfg) { c.recordEvery = d }) }
+func WithRecordInterval(d time.Duration) Option { return optFunc(func(c *cfg) { c.recordEvery = d }) }
 
 // WithRecordTimeout bounds one record count; a count that takes longer fails (and
 // idemkit_record_count_errors_total says so). Default 5 seconds.
-func WithRecordTimeout(d time.Duration) Opt { return optFunc(func(c *cfg) { c.recordTimeout = d }) }
+func WithRecordTimeout(d time.Duration) Option { return optFunc(func(c *cfg) { c.recordTimeout = d }) }
 
 // WithLogger receives the errors of record counts, at warning level. Default: a
 // logger that discards.
-func WithLogger(l *slog.Logger) Opt { return optFunc(func(c *cfg) { c.logger = l }) }
+func WithLogger(l *slog.Logger) Option { return optFunc(func(c *cfg) { c.logger = l }) }
 
 // errConfig is what every configuration error wraps.
 var errConfig = errors.New("idemprom: invalid configuration")

@@ -54,7 +54,7 @@ func TestTakeoverOfACrashedClaim(t *testing.T) {
 idemkit_claim_takeovers_total{scope="orders"} 1
 # HELP idemkit_outcomes_total Messages by the outcome of their execution.
 # TYPE idemkit_outcomes_total counter
-idemkit_outcomes_total{action="settle",kind="none",outcome="duplicate",scope="orders",source="execute"} 1
+idemkit_outcomes_total{action="ack",kind="none",outcome="duplicate",scope="orders",source="execute"} 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "idemkit_claim_takeovers_total", "idemkit_outcomes_total"); err != nil {
 		t.Fatal(err)
@@ -76,8 +76,8 @@ func TestHTTPSourceAndReject(t *testing.T) {
 # HELP idemkit_outcomes_total Messages by the outcome of their execution.
 # TYPE idemkit_outcomes_total counter
 idemkit_outcomes_total{action="reject",kind="conflict",outcome="error",scope="api",source="http"} 1
-idemkit_outcomes_total{action="settle",kind="none",outcome="duplicate",scope="api",source="http"} 1
-idemkit_outcomes_total{action="settle",kind="none",outcome="success",scope="api",source="http"} 1
+idemkit_outcomes_total{action="ack",kind="none",outcome="duplicate",scope="api",source="http"} 1
+idemkit_outcomes_total{action="ack",kind="none",outcome="success",scope="api",source="http"} 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "idemkit_outcomes_total"); err != nil {
 		t.Fatal(err)

@@ -75,7 +75,7 @@ func (g *gateway) charge(ctx context.Context, p PaymentRequested) (Charge, error
 type printer struct{}
 
 func (printer) OnOutcome(e consumer.OutcomeEvent) {
-	if e.Action == consumer.Settle { // a retry runs again; a dead letter ends in OnDeadLetter
+	if e.Action == consumer.Ack { // a retry runs again; a dead letter ends in OnDeadLetter
 		fmt.Printf("  partition %d offset %-3d %-10s %s\n", e.Partition, e.Offset, e.Outcome, e.Key)
 	}
 }

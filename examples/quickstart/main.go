@@ -77,7 +77,7 @@ type tally struct {
 }
 
 func (t *tally) OnOutcome(e consumer.OutcomeEvent) {
-	if e.Action != consumer.Settle { // run again later, or dead-lettered (OnDeadLetter)
+	if e.Action != consumer.Ack { // run again later, or dead-lettered (OnDeadLetter)
 		return
 	}
 	t.delivered.Add(1)

@@ -31,7 +31,7 @@ const (
 //	-------  ------------------------------------------------------------
 //	source   execute pipeline kafka amqp http replay
 //	outcome  success duplicate in_progress error
-//	action   settle wait retry dead_letter reject
+//	action   ack wait retry dead_letter reject
 //	kind     none permanent conflict exhausted lease_lost store_unavailable
 //	         corrupt undecodable invalid_key no_key not_run abandoned interrupted panic
 //	         config handler unknown
@@ -66,7 +66,7 @@ func LabelValues() map[string][]string {
 		"source": {consumer.SourceExecute, consumer.SourcePipeline, consumer.SourceKafka, consumer.SourceAMQP,
 			consumer.SourceHTTP, consumer.SourceReplay},
 		"outcome": {"success", "duplicate", "in_progress", "error"},
-		"action":  {"settle", "wait", "retry", labelDeadLetter, labelReject},
+		"action":  {"ack", "wait", "retry", labelDeadLetter, labelReject},
 		"kind":    append(append([]string{labelNone}, kinds...), labelUnknown),
 		"answer":  {"claimed", "duplicate", "in_progress", "conflict", "error"},
 		"op":      {"claim", "settle", "renew"},
@@ -95,7 +95,7 @@ func OutcomeLabel(o consumer.Outcome) string {
 // consumer.DeadLetter.
 func ActionLabel(source string, a consumer.Action) string {
 	switch a {
-	case consumer.Settle, consumer.Wait, consumer.Retry:
+	case consumer.Ack, consumer.Wait, consumer.Retry:
 		return a.String()
 	case consumer.DeadLetter:
 		if source == consumer.SourceHTTP || source == consumer.SourceReplay {

@@ -94,7 +94,7 @@ func TestActionLabel(t *testing.T) {
 		{consumer.SourceExecute, consumer.DeadLetter, "dead_letter"},
 		{consumer.SourceHTTP, consumer.DeadLetter, "reject"},
 		{consumer.SourceReplay, consumer.DeadLetter, "reject"},
-		{consumer.SourceHTTP, consumer.Settle, "settle"},
+		{consumer.SourceHTTP, consumer.Ack, "ack"},
 		{consumer.SourceHTTP, consumer.Wait, "wait"},
 		{consumer.SourceKafka, consumer.Retry, "retry"},
 	} {

@@ -40,7 +40,7 @@ import (
 type settled struct{ n atomic.Int64 }
 
 func (s *settled) OnOutcome(e consumer.OutcomeEvent) {
-	if e.Action == consumer.Settle {
+	if e.Action == consumer.Ack {
 		s.n.Add(1)
 	}
 }

@@ -40,7 +40,7 @@ import (
 type counter struct{ n atomic.Int64 }
 
 func (o *counter) OnOutcome(e consumer.OutcomeEvent) {
-	if e.Action == consumer.Settle {
+	if e.Action == consumer.Ack {
 		o.n.Add(1)
 	}
 }

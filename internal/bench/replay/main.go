@@ -256,8 +256,8 @@ func run(keys, existing, n, reps, batch, conc int) error {
 // pipelineAlone runs items through a Pipeline with a no-op handler, submitting as
 // the window allows, and waits for every result.
 func pipelineAlone(ctx context.Context, store consumer.Store, items []consumer.BatchItem, window, handlers int) error {
-	p, err := consumer.NewPipeline[struct{}](ctx, store, consumer.WithWindow(window), consumer.WithMaxBatch(window),
-		consumer.WithHandlers(handlers))
+	p, err := consumer.NewPipeline[struct{}](ctx, store, consumer.WithInFlight(window), consumer.WithMaxBatch(window),
+		consumer.WithConcurrency(handlers))
 	if err != nil {
 		return err
 	}
