@@ -160,9 +160,22 @@ var settleDelays = []time.Duration{10 * time.Millisecond, 50 * time.Millisecond,
 // one that met an unreachable store. Every settlement is sent at least once: a
 // claim whose lease ran out is still its owner's until someone takes it over, and
 // the compare-and-set tells. Once the lease has run out, the result is the last
-// answer (the store's error, wrapping the handler's).
-func resendable(err error, live bool) bool {
-	return live && errors.Is(err, ErrStoreUnavailable)
+// answer (the store's error, wrapping the handler's). Re-sending is bounded by
+// about one lease of pauses (resendLimit): a store that keeps renewing a lease
+// while it refuses every settlement must not hold the message forever; the
+// keeper then stops renewing, and the record is taken over once its lease ends.
+func resendable(err error, live bool, tries int, lease time.Duration) bool {
+	return live && tries < resendLimit(lease) && errors.Is(err, ErrStoreUnavailable)
+}
+
+// resendLimit is how many times a settlement is sent, at most, under a lease:
+// enough pauses of resendPause to add up to the lease.
+func resendLimit(lease time.Duration) int {
+	n := 0
+	for total := time.Duration(0); total < lease; n++ {
+		total += resendPause(n + 1)
+	}
+	return n + 1
 }
 
 // resendPause is how long to wait before sending a settlement sent tries times
@@ -197,7 +210,7 @@ func sendSettlements[T any](ctx context.Context, e *engine, as []*attempt[T]) {
 		settlementBufs.Put(buf)
 	}
 	for n, a := range as {
-		if a.resend = resendable(reps[n].Err, e.keep.live(&a.lease)); a.resend {
+		if a.resend = resendable(reps[n].Err, e.keep.live(&a.lease), a.tries, e.s.Lease); a.resend {
 			continue
 		}
 		r := a.res
