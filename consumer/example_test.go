@@ -41,8 +41,8 @@ func Example() {
 	}
 	// Output:
 	// charging, attempt 1
-	// SUCCESS ch_42 settle
-	// DUPLICATE ch_42 settle
+	// SUCCESS ch_42 ack
+	// DUPLICATE ch_42 ack
 }
 
 func ExampleExecuteBatch() {

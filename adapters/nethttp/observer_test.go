@@ -43,7 +43,7 @@ func TestObserversSeeTheHTTPSource(t *testing.T) {
 		obs.mu.Lock()
 		defer obs.mu.Unlock()
 		sort.Strings(obs.got)
-		want := []string{"http/duplicate/settle/none", "http/error/reject/conflict", "http/success/settle/none"}
+		want := []string{"http/duplicate/ack/none", "http/error/reject/conflict", "http/success/ack/none"}
 		if strings.Join(obs.got, " ") != strings.Join(want, " ") || runs.load() != 1 {
 			t.Fatalf("outcomes %v after %d runs, want %v after 1", obs.got, runs.load(), want)
 		}

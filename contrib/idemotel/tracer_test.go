@@ -314,7 +314,7 @@ func TestInProgressKeepsItsOwnSpan(t *testing.T) {
 		got = append(got, attrs(s)[idemotel.OutcomeKey]+"/"+attrs(s)[idemotel.ActionKey])
 	}
 	sort.Strings(got)
-	if fmt.Sprint(got) != "[in_progress/wait success/settle]" {
+	if fmt.Sprint(got) != "[in_progress/wait success/ack]" {
 		t.Fatalf("spans %v, want one in_progress and one success", got)
 	}
 }

@@ -66,7 +66,7 @@ func TestTakeoverOfACrashedClaim(t *testing.T) {
 	observertest.Takeover(t, m)
 	c := collect(t, reader)
 	c.expect(t, "idemkit.claim.takeovers", map[string]float64{"scope=orders": 1})
-	c.expect(t, "idemkit.outcomes", map[string]float64{"action=settle,kind=none,outcome=duplicate,scope=orders,source=execute": 1})
+	c.expect(t, "idemkit.outcomes", map[string]float64{"action=ack,kind=none,outcome=duplicate,scope=orders,source=execute": 1})
 	c.expect(t, "idemkit.handler.duration", map[string]float64{"kind=none,scope=orders": 1})
 }
 
@@ -77,7 +77,7 @@ func TestHTTPSourceAndReject(t *testing.T) {
 	observertest.HTTP(t, m)
 	collect(t, reader).expect(t, "idemkit.outcomes", map[string]float64{
 		"action=reject,kind=conflict,outcome=error,scope=api,source=http": 1,
-		"action=settle,kind=none,outcome=duplicate,scope=api,source=http": 1,
-		"action=settle,kind=none,outcome=success,scope=api,source=http":   1,
+		"action=ack,kind=none,outcome=duplicate,scope=api,source=http": 1,
+		"action=ack,kind=none,outcome=success,scope=api,source=http":   1,
 	})
 }

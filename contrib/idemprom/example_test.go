@@ -44,8 +44,8 @@ func Example() {
 		}
 	}
 	// Output:
-	// action=settle kind=none outcome=duplicate scope=payments source=execute 1
-	// action=settle kind=none outcome=success scope=payments source=execute 1
+	// action=ack kind=none outcome=duplicate scope=payments source=execute 1
+	// action=ack kind=none outcome=success scope=payments source=execute 1
 }
 
 // Record counts by state come from any StateCounter; the operator plane's
