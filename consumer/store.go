@@ -209,15 +209,3 @@ func (f Fingerprint) String() string {
 	}
 	return hex.EncodeToString(f[:])
 }
-
-// errNilStore answers every call on a nil store.
-var errNilStore = configError("nil store: make it with a store package's NewStore and check its error")
-
-// nilStore answers n items of a call on a nil store.
-func nilStore[R any](n int, with func(error) R) []R {
-	out := make([]R, n)
-	for i := range out {
-		out[i] = with(errNilStore)
-	}
-	return out
-}

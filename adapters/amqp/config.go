@@ -135,7 +135,9 @@ func WithConsumerTimeout(d time.Duration) Option {
 // their originals acked; then running handlers see their contexts cancelled, no
 // further copy is sent, and what is not settled returns to the queue whole.
 // Default 10s.
-func WithShutdownGrace(d time.Duration) Option { return optFunc(func(c *config) { c.shutdownGrace = d }) }
+func WithShutdownGrace(d time.Duration) Option {
+	return optFunc(func(c *config) { c.shutdownGrace = d })
+}
 
 // WithReconnectBackoff sets the reconnection backoff: base doubling to max, with
 // full jitter. Default 100ms to 10s.

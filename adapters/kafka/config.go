@@ -211,12 +211,16 @@ func WithRevokeDrain(d time.Duration) Option { return optFunc(func(c *config) { 
 
 // WithCommitInterval sets how often the settled prefix of each partition is
 // committed. Default 100ms.
-func WithCommitInterval(d time.Duration) Option { return optFunc(func(c *config) { c.commitEvery = d }) }
+func WithCommitInterval(d time.Duration) Option {
+	return optFunc(func(c *config) { c.commitEvery = d })
+}
 
 // WithShutdownGrace bounds how long the records taken may still settle after Run's
 // context is cancelled; then running handlers see their contexts cancelled. Default
 // 10s.
-func WithShutdownGrace(d time.Duration) Option { return optFunc(func(c *config) { c.shutdownGrace = d }) }
+func WithShutdownGrace(d time.Duration) Option {
+	return optFunc(func(c *config) { c.shutdownGrace = d })
+}
 
 // WithLogger sets the logger. Default: the store's logger.
 func WithLogger(l *slog.Logger) Option { return optFunc(func(c *config) { c.logger = l }) }

@@ -75,7 +75,9 @@ func WithScopeAttribute(on bool) MeterOption {
 
 // WithKindAttribute keeps (true) or drops (false) the kind attribute (the error's
 // kind) of every instrument. Default true.
-func WithKindAttribute(on bool) MeterOption { return meterOptFunc(func(c *meterCfg) { c.kindAttr = on }) }
+func WithKindAttribute(on bool) MeterOption {
+	return meterOptFunc(func(c *meterCfg) { c.kindAttr = on })
+}
 
 // WithHandlerBoundaries sets the explicit bucket boundaries advised for the
 // handler-duration histogram, in seconds, strictly increasing (a view may still

@@ -128,10 +128,10 @@ func TestMeterCountsARun(t *testing.T) {
 		"action=dead_letter,kind=conflict,outcome=error,scope=orders,source=execute":  1,
 		"action=dead_letter,kind=permanent,outcome=error,scope=orders,source=execute": 1,
 		"action=retry,kind=handler,outcome=error,scope=orders,source=execute":         1,
-		"action=ack,kind=none,outcome=duplicate,scope=orders,source=execute":       5,
-		"action=ack,kind=none,outcome=duplicate,scope=orders,source=replay":        1,
-		"action=ack,kind=none,outcome=success,scope=orders,source=execute":         10,
-		"action=ack,kind=none,outcome=success,scope=orders,source=replay":          3,
+		"action=ack,kind=none,outcome=duplicate,scope=orders,source=execute":          5,
+		"action=ack,kind=none,outcome=duplicate,scope=orders,source=replay":           1,
+		"action=ack,kind=none,outcome=success,scope=orders,source=execute":            10,
+		"action=ack,kind=none,outcome=success,scope=orders,source=replay":             3,
 		"action=wait,kind=none,outcome=in_progress,scope=orders,source=execute":       1,
 	})
 	c.expect(t, "idemkit.claim.answers", map[string]float64{

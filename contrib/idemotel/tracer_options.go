@@ -86,7 +86,9 @@ func WithProducerAsParent(on bool) TracerOption {
 // WithKeyAttribute records the idempotency key as the idemkit.key attribute
 // (true) or leaves it out (false), for keys that must not leave the service.
 // Default true.
-func WithKeyAttribute(on bool) TracerOption { return tracerOptFunc(func(c *tracerCfg) { c.keyAttr = on }) }
+func WithKeyAttribute(on bool) TracerOption {
+	return tracerOptFunc(func(c *tracerCfg) { c.keyAttr = on })
+}
 
 // WithOutcomeSpans gives executions that run no handler (duplicates, keys in
 // progress, conflicts, store errors before the claim) a span of their own (true),
@@ -99,7 +101,9 @@ func WithOutcomeSpans(on bool) TracerOption {
 // outcome at once; past it a span is ended without the outcome attributes. The
 // wait lasts from the handler's return to the settlement (for ExecuteBatch, until
 // the batch's last handler returns and the batch is settled). Default 10000.
-func WithMaxPending(n int) TracerOption { return tracerOptFunc(func(c *tracerCfg) { c.maxPending = n }) }
+func WithMaxPending(n int) TracerOption {
+	return tracerOptFunc(func(c *tracerCfg) { c.maxPending = n })
+}
 
 // errConfig is what every configuration error wraps.
 var errConfig = errors.New("idemotel: invalid configuration")

@@ -77,7 +77,7 @@ func TestHTTPSourceAndReject(t *testing.T) {
 	observertest.HTTP(t, m)
 	collect(t, reader).expect(t, "idemkit.outcomes", map[string]float64{
 		"action=reject,kind=conflict,outcome=error,scope=api,source=http": 1,
-		"action=ack,kind=none,outcome=duplicate,scope=api,source=http": 1,
-		"action=ack,kind=none,outcome=success,scope=api,source=http":   1,
+		"action=ack,kind=none,outcome=duplicate,scope=api,source=http":    1,
+		"action=ack,kind=none,outcome=success,scope=api,source=http":      1,
 	})
 }

@@ -273,7 +273,7 @@ func pipelineAlone(ctx context.Context, store consumer.Store, items []consumer.B
 	}
 	for range items {
 		if r := <-results; r.Outcome != consumer.Success {
-			return fmt.Errorf("Pipeline: %v", r.Err)
+			return fmt.Errorf("pipeline: %v", r.Err)
 		}
 	}
 	return nil
