@@ -238,7 +238,9 @@ func WithCanonicalJSON(on bool) Option { return optFunc(func(c *config) { c.cano
 // WithFingerprintFunc replaces the fingerprint with fn's (WithFingerprintHeaders
 // and WithCanonicalJSON are then unused). An error from fn is answered with 400
 // and its text. Default: SHA-256 over method, path, query and body.
-func WithFingerprintFunc(fn FingerprintFunc) Option { return optFunc(func(c *config) { c.fpFunc = fn }) }
+func WithFingerprintFunc(fn FingerprintFunc) Option {
+	return optFunc(func(c *config) { c.fpFunc = fn })
+}
 
 // WithMaxBodySize sets the largest request body read for the fingerprint, in
 // bytes; a larger body gets 413 and nothing runs. Default 1 MiB.
