@@ -57,6 +57,12 @@ type BeginItem struct {
 	Locked bool
 	// Start says the claim's handler starts now: the claim is counted (FlagCounted).
 	Start bool
+	// ReadFirst says the record is probably settled (a request sent again): Begin
+	// reads it first (GET) and answers a completed or failed record whose
+	// fingerprint matches from the read, without a script; any other record goes
+	// to the begin script, and a missing one to the SET NX claim, one round trip
+	// later. Ignored with Start (the caller holds the claim it marks).
+	ReadFirst bool
 }
 
 // BeginReply is the begin script's answer for one record.
@@ -103,10 +109,12 @@ func (c Claims) Answer(i int, rep BeginReply) { c.Replies[i] = rep }
 // SET NX PX commands (no script: Redis's cheapest write), each with the started
 // record a fresh claim writes; the keys that already exist then go through the
 // begin script's state machine, in a second round trip that only batches with
-// existing keys pay.
+// existing keys pay. Items marked ReadFirst are read first, in a round trip of
+// their own (see readFirst): a settled record is answered from the read, any
+// other record goes straight to the script, a missing one to the SET NX claim.
 func (r *Runner) Begin(ctx context.Context, a BeginArgs, b BeginBatch) {
 	n := b.Len()
-	size := 0
+	size, reads := 0, 0
 	for i := 0; i < n; i++ {
 		it := b.Item(i)
 		if len(it.Owner) > maxOwner {
@@ -117,8 +125,20 @@ func (r *Runner) Begin(ctx context.Context, a BeginArgs, b BeginBatch) {
 			return
 		}
 		size += startedLen(it.Fingerprint != nil, it.Owner)
+		if it.ReadFirst && !it.Start {
+			reads++
+		}
 	}
-	existing := r.claimFresh(ctx, a, b, size)
+	var existing []int
+	if reads == 0 {
+		existing = r.claimFresh(ctx, a, b, nil, size)
+	} else {
+		var fresh []int
+		fresh, existing = r.readFirst(ctx, b, reads)
+		if len(fresh) > 0 {
+			existing = append(existing, r.claimFresh(ctx, a, b, fresh, size)...)
+		}
+	}
 	if len(existing) == 0 {
 		return
 	}
@@ -158,20 +178,30 @@ func (r *Runner) Begin(ctx context.Context, a BeginArgs, b BeginBatch) {
 	}
 }
 
-// claimFresh sends SET key record NX PX lease+retention for every item, in one
-// pipeline, answers the fresh claims and returns the items whose key exists. size
-// is the total length of their records.
-func (r *Runner) claimFresh(ctx context.Context, a BeginArgs, b BeginBatch, size int) (existing []int) {
+// claimFresh sends SET key record NX PX lease+retention for the items idx names
+// (every item when idx is nil), in one pipeline, answers the fresh claims and
+// returns the items whose key exists. size bounds the total length of their
+// records.
+func (r *Runner) claimFresh(ctx context.Context, a BeginArgs, b BeginBatch, idx []int, size int) (existing []int) {
 	n := b.Len()
+	if idx != nil {
+		n = len(idx)
+	}
+	item := func(j int) int { // the item of the j-th command
+		if idx == nil {
+			return j
+		}
+		return idx[j]
+	}
 	var sb strings.Builder
 	sb.Grow(size)
 	ends := make([]int, n)
 	var rec []byte
-	for i := 0; i < n; i++ {
-		it := b.Item(i)
+	for j := 0; j < n; j++ {
+		it := b.Item(item(j))
 		rec = AppendStarted(rec[:0], it.Owner, it.Fingerprint, it.Locked, it.Start, a.Retention, a.Now)
 		sb.Write(rec)
-		ends[i] = sb.Len()
+		ends[j] = sb.Len()
 	}
 	records := sb.String()
 	var ttl any = (a.Lease + a.Retention).Milliseconds() // boxed once for every command
@@ -181,7 +211,7 @@ func (r *Runner) claimFresh(ctx context.Context, a BeginArgs, b BeginBatch, size
 	for i := 0; i < n; i++ {
 		cmdArgs := args[6*i : 6*i+6 : 6*i+6]
 		cmdArgs[0], cmdArgs[1], cmdArgs[2], cmdArgs[3], cmdArgs[4], cmdArgs[5] =
-			"set", b.Item(i).Key, records[start:ends[i]], "nx", "px", ttl
+			"set", b.Item(item(i)).Key, records[start:ends[i]], "nx", "px", ttl
 		start = ends[i]
 		cmds[i] = redis.NewCmd(ctx, cmdArgs...)
 	}
@@ -198,13 +228,14 @@ func (r *Runner) claimFresh(ctx context.Context, a BeginArgs, b BeginBatch, size
 		return struct{}{}
 	}
 	if _, err := within(r, ctx, send); err != nil {
-		for i := 0; i < n; i++ {
-			b.Answer(i, BeginReply{Err: err})
+		for j := 0; j < n; j++ {
+			b.Answer(item(j), BeginReply{Err: err})
 		}
 		return nil
 	}
 	fresh := BeginReply{Code: Acquired, Fence: 1, Attempts: 1, Millis: a.Lease.Milliseconds(), Created: a.Now}
-	for i, c := range cmds {
+	for j, c := range cmds {
+		i := item(j)
 		switch err := c.Err(); {
 		case err == nil:
 			rep := fresh
