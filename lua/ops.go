@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemkit/idemkit/consumer"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -319,136 +318,10 @@ func parseBegin(v any, g []int, a BeginArgs, b BeginBatch) error {
 	return nil
 }
 
-// SettleArgs are the settings shared by one settle call.
-type SettleArgs struct {
-	MaxAttempts int
-	Now         int64 // unix seconds, the caller's clock: updated times only
-}
-
-// SettleItem finishes one attempt: Complete stores Result, otherwise the failure is
-// recorded (Permanent or retryable, with Message).
-type SettleItem struct {
-	Key   string
-	Owner string
-	// Fence, Attempts, Created and Fingerprint are the claim's, as Begin answered:
-	// a completion writes the completed record whole.
-	Fence       int64
-	Attempts    int
-	Created     int64
-	Fingerprint *[16]byte
-	// Late says the caller's lease may have run out: the retention starts afresh.
-	// (A caller that does not know its claim passes Fence 0: the record's own fence,
-	// attempts, created time and fingerprint are kept, at one more write.)
-	Late      bool
-	Complete  bool
-	Result    []byte
-	Dropped   string // "" when Result is kept, else why not: the size, or "unencodable"
-	Permanent bool
-	Message   string // at most MaxErrorText bytes (see consumer.CapText)
-}
-
 // AckReply is the answer of complete, fail, extend or release for one record.
 type AckReply struct {
 	Ack Ack
 	Err error
-}
-
-// SettleBatch is a batch of settlements: Settle reads its items and answers each.
-type SettleBatch interface {
-	Len() int
-	Item(i int) SettleItem
-	Answer(i int, rep AckReply)
-}
-
-// Settlements is a SettleBatch over slices: the answers go to Replies (len(Items)).
-type Settlements struct {
-	Items   []SettleItem
-	Replies []AckReply
-}
-
-// Len is len(s.Items).
-func (s Settlements) Len() int { return len(s.Items) }
-
-// Item is s.Items[i].
-func (s Settlements) Item(i int) SettleItem { return s.Items[i] }
-
-// Answer stores rep in s.Replies[i].
-func (s Settlements) Answer(i int, rep AckReply) { s.Replies[i] = rep }
-
-// Settle completes or fails the items of b, in one round trip: per hash slot group,
-// one complete call and one fail call at most.
-func (r *Runner) Settle(ctx context.Context, a SettleArgs, b SettleBatch) {
-	var calls []call
-	var members [][]int
-	for _, g := range r.groups(b.Len(), func(i int) string { return b.Item(i).Key }) {
-		var done, failed []int
-		doneSize, failSize := 0, 0
-		for _, i := range g {
-			it := b.Item(i)
-			if it.Complete {
-				done = append(done, i)
-				doneSize += 11 + len(it.Owner) + headerLen + fpLen + len(it.Result) + len(it.Dropped)
-			} else {
-				failed = append(failed, i)
-				failSize += 8 + len(it.Owner) + min(len(it.Message), MaxErrorText)
-			}
-		}
-		if len(done) > 0 {
-			calls, members = append(calls, completeCall(a, b, done, doneSize)), append(members, done)
-		}
-		if len(failed) > 0 {
-			calls, members = append(calls, failCall(a, b, failed, failSize)), append(members, failed)
-		}
-	}
-	r.acks(ctx, calls, members, b.Answer)
-}
-
-func completeCall(a SettleArgs, b SettleBatch, idx []int, size int) call {
-	blob := make([]byte, 0, size)
-	keys := make([]string, len(idx))
-	for j, i := range idx {
-		it := b.Item(i)
-		keys[j] = it.Key
-		flag := byte('-')
-		switch {
-		case it.Fence == 0: // the caller does not know its claim: keep the record's
-			flag = '?'
-		case it.Late:
-			flag = 'l'
-		}
-		at := byte(headerLen + 1) // the owner's length byte, 1-based, in the started record
-		if it.Fingerprint != nil {
-			at += fpLen
-		}
-		blob = append(blob, flag, at, byte(len(it.Owner)))
-		blob = append(blob, it.Owner...)
-		blob = binary.BigEndian.AppendUint32(blob, uint32(it.Fence))
-		vat := len(blob)
-		blob = append(blob, 0, 0, 0, 0)
-		blob = AppendCompleted(blob, it.Fence, it.Attempts, it.Fingerprint, it.Created, a.Now, it.Result, it.Dropped)
-		binary.BigEndian.PutUint32(blob[vat:], uint32(len(blob)-vat-4))
-	}
-	return call{script: CompleteScript, keys: keys, args: []any{blob}}
-}
-
-func failCall(a SettleArgs, b SettleBatch, idx []int, size int) call {
-	blob := make([]byte, 0, size)
-	keys := make([]string, len(idx))
-	for j, i := range idx {
-		it := b.Item(i)
-		keys[j] = it.Key
-		msg := consumer.CapText(it.Message, MaxErrorText)
-		mode := byte('r')
-		if it.Permanent {
-			mode = 'p'
-		}
-		blob = binary.BigEndian.AppendUint32(blob, uint32(it.Fence))
-		blob = append(blob, mode, byte(len(it.Owner)))
-		blob = append(blob, it.Owner...)
-		blob = binary.BigEndian.AppendUint16(blob, uint16(len(msg)))
-		blob = append(blob, msg...)
-	}
-	return call{script: FailScript, keys: keys, args: []any{a.Now, a.MaxAttempts, blob}}
 }
 
 // OwnedKey names a record and the attempt that holds it.
@@ -490,7 +363,12 @@ func (r *Runner) owned(ctx context.Context, s *Script, items []OwnedKey, withFen
 }
 
 func (r *Runner) acks(ctx context.Context, calls []call, members [][]int, answer func(int, AckReply)) {
-	for ci, rep := range r.exec(ctx, calls) {
+	r.answerAcks(calls, members, r.exec(ctx, calls), answer)
+}
+
+// answerAcks answers the members of each call from its reply: one code per record.
+func (r *Runner) answerAcks(calls []call, members [][]int, reps []reply, answer func(int, AckReply)) {
+	for ci, rep := range reps {
 		g := members[ci]
 		rows, err := rowsOf(rep, len(g))
 		for j, i := range g {

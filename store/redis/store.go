@@ -209,7 +209,7 @@ func (r *Store) Settle(ctx context.Context, items []consumer.Settlement) []consu
 	}
 	ctx, cancel := r.bound(ctx)
 	defer cancel()
-	r.runner.Settle(ctx, lua.SettleArgs{MaxAttempts: r.s.MaxAttempts, Now: time.Now().Unix()}, b)
+	r.runner.Settle(ctx, lua.SettleArgs{MaxAttempts: r.s.MaxAttempts, Now: time.Now().Unix(), Retention: r.s.Retention}, b)
 	return b.out
 }
 
