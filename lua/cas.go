@@ -151,14 +151,17 @@ func casCommands(ctx context.Context, a SettleArgs, b SettleBatch, idx []int) []
 	all := sb.String()
 	var ret any = a.Retention.Milliseconds() // boxed once for every late command
 	args := make([]any, 7*n)
+	// The commands' strings, passed by pointer: go-redis takes *string, and a
+	// pointer goes into an interface without an allocation of its own.
+	strs := make([]string, 3*n)
 	cmds := make([]redis.Cmder, n)
 	start := 0
 	for j, i := range idx {
+		strs[3*j], strs[3*j+1], strs[3*j+2] = b.Item(i).Key, all[start:ends[2*j]], all[ends[2*j]:ends[2*j+1]]
+		start = ends[2*j+1]
 		it := b.Item(i)
 		cmdArgs := args[7*j : 7*j+7 : 7*j+7]
-		cmdArgs[0], cmdArgs[1], cmdArgs[2], cmdArgs[3], cmdArgs[4] =
-			"set", it.Key, all[start:ends[2*j]], "ifeq", all[ends[2*j]:ends[2*j+1]]
-		start = ends[2*j+1]
+		cmdArgs[0], cmdArgs[1], cmdArgs[2], cmdArgs[3], cmdArgs[4] = "set", &strs[3*j], &strs[3*j+1], "ifeq", &strs[3*j+2]
 		if it.Late { // the lease may have run out: the retention starts afresh
 			cmdArgs[5], cmdArgs[6] = "px", ret
 		} else {

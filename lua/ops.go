@@ -205,13 +205,17 @@ func (r *Runner) claimFresh(ctx context.Context, a BeginArgs, b BeginBatch, idx 
 	records := sb.String()
 	var ttl any = (a.Lease + a.Retention).Milliseconds() // boxed once for every command
 	args := make([]any, 6*n)
+	// The keys and records, passed by pointer: go-redis takes *string, and a
+	// pointer goes into an interface without an allocation of its own.
+	strs := make([]string, 2*n)
 	cmds := make([]*redis.Cmd, n)
 	start := 0
 	for i := 0; i < n; i++ {
+		strs[2*i], strs[2*i+1] = b.Item(item(i)).Key, records[start:ends[i]]
+		start = ends[i]
 		cmdArgs := args[6*i : 6*i+6 : 6*i+6]
 		cmdArgs[0], cmdArgs[1], cmdArgs[2], cmdArgs[3], cmdArgs[4], cmdArgs[5] =
-			"set", b.Item(item(i)).Key, records[start:ends[i]], "nx", "px", ttl
-		start = ends[i]
+			"set", &strs[2*i], &strs[2*i+1], "nx", "px", ttl
 		cmds[i] = redis.NewCmd(ctx, cmdArgs...)
 	}
 	send := func() struct{} {
