@@ -55,6 +55,15 @@ type Claim struct {
 	// handler of a claim it took over), so that a message that kills its worker
 	// every time still uses its attempts up.
 	Start bool
+	// ReadFirst is a hint: the key has probably been settled already (an HTTP
+	// client sending a request again), so the store may read the record before it
+	// writes anything, and answer a completed or failed record whose fingerprint
+	// matches from that read alone. The answer is the one the claim gets without
+	// the hint; only its cost differs: a replay costs one read, and a key with no
+	// record one round trip more. A store may ignore it (the memory, PostgreSQL and
+	// DynamoDB stores do: their claim costs the same either way); the Redis store
+	// honours it. The HTTP middleware sets it on every claim; the engine never does.
+	ReadFirst bool
 }
 
 // ClaimStatus is what Begin found at a key.

@@ -3,16 +3,24 @@
 -- KEYS[i]  record key
 -- ARGV[1]  for each key: 1 flag ('-'; 'l' when the caller's lease may have run out;
 --          '?' when the caller does not know its claim's fence: the record's own
---          fence, attempts, created time and fingerprint are kept), 1 position of
---          the owner's length byte in the started record, 1 owner length, owner,
---          4 fence, 4 value length, the completed record
+--          fence, attempts, created time and fingerprint are kept), 1 match ('='
+--          the started record the caller's claim wrote follows whole, byte for
+--          byte; 'o' only the owner's length byte and the owner follow), 1 position
+--          of the owner's length byte in the started record, 1 length of what
+--          follows, the started record or the owner, 4 fence, 4 value length, the
+--          completed record
 --
 -- The completed record is written with SET KEEPTTL GET, and the value it replaced
 -- is checked: unless it was a started record of this owner, it is put back as it
 -- was (or the key deleted if there was none), so the whole is one atomic change.
--- A started record with operator notes (flag 32), or one the caller does not know
--- ('?'), is written once more with the record's own identity and notes: a
--- completion keeps what operators wrote, and costs records without notes nothing.
+-- The check costs least when the caller sends the started record its claim wrote
+-- ('=', a fresh claim): the value replaced must be that very string, which Lua
+-- compares by identity (its strings are interned). Otherwise the owner token is
+-- compared at its place in a started record without operator notes ('o').
+-- A started record of the owner with operator notes (flag 32), changed since the
+-- claim wrote it (marked counted), or one the caller does not know ('?'), is
+-- written once more with the record's own identity and notes: a completion keeps
+-- what operators wrote, and costs records without notes nothing.
 -- A completion keeps the TTL its claim set (lease left + retention, at least the
 -- retention); after its lease ran out ('l') the retention starts afresh.
 -- A completion sent again after a lost reply finds the record completed at its
@@ -40,46 +48,58 @@ local function own(val, old, r)
 end
 
 for i, key in ipairs(KEYS) do
-  local flag, at, olen = byte(blob, pos, pos + 2)
-  local owned = sub(blob, pos + 2, pos + 2 + olen) -- the owner's length byte and the owner
-  local p = pos + 3 + olen
+  local flag, match, at, elen = byte(blob, pos, pos + 3)
+  local exp = sub(blob, pos + 4, pos + 3 + elen) -- the started record, or the owner's length byte and owner
+  local p = pos + 4 + elen
   local a, b, c, d = byte(blob, p + 4, p + 7)
   local vlen = ((a * 256 + b) * 256 + c) * 256 + d
   local val = sub(blob, p + 8, p + 7 + vlen)
   pos = p + 8 + vlen
   local old = redis.pcall('SET', key, val, 'KEEPTTL', 'GET')
-  if refused(old) then
-    return old
-  elseif type(old) == 'table' then
-    out[i] = 8 -- WRONGTYPE: SET refused and changed nothing
-  elseif old and byte(old, 1) == 17 and byte(old, 2) < 32 and flag ~= 63 and sub(old, at, at + olen) == owned then
-    -- the caller's own started record without operator notes: written as it is
+  if match == 61 and old == exp then
+    -- the started record the caller's claim wrote, unchanged ('='): written as it is
     if flag == 108 then -- 'l'
       redis.call('PEXPIRE', key, parse(old).ret)
     end
     out[i] = 1
+  elseif refused(old) then
+    return old
+  elseif type(old) == 'table' then
+    out[i] = 8 -- WRONGTYPE: SET refused and changed nothing
   else
-    local r = parse(old)
-    if r and r.state == 1 and r.owner == sub(owned, 2) then
-      -- its own claim, with notes, unknown to the caller ('?'), or with the
-      -- fingerprint's place misjudged
-      redis.call('SET', key, own(val, old, r), 'KEEPTTL')
-      if flag == 108 then
-        redis.call('PEXPIRE', key, r.ret)
+    local owned = exp
+    if match == 61 then -- '=': the owner's length byte and the owner, from the started record
+      owned = sub(exp, at, at + byte(exp, at))
+    end
+    if old and byte(old, 1) == 17 and byte(old, 2) < 32 and flag ~= 63 and sub(old, at, at + #owned - 1) == owned then
+      -- the caller's own started record without operator notes: written as it is
+      if flag == 108 then -- 'l'
+        redis.call('PEXPIRE', key, parse(old).ret)
       end
       out[i] = 1
     else
-      if old then
-        redis.call('SET', key, old, 'KEEPTTL')
-      else
-        redis.call('DEL', key)
-      end
-      if r and r.state == 2 and r.fence == u32(blob, p) then
+      local r = parse(old)
+      if r and r.state == 1 and r.owner == sub(owned, 2) then
+        -- its own claim, with notes, changed since the caller's claim wrote it,
+        -- unknown to the caller ('?'), or with the fingerprint's place misjudged
+        redis.call('SET', key, own(val, old, r), 'KEEPTTL')
+        if flag == 108 then
+          redis.call('PEXPIRE', key, r.ret)
+        end
         out[i] = 1
-      elseif old and not r then
-        out[i] = 8
       else
-        out[i] = 2
+        if old then
+          redis.call('SET', key, old, 'KEEPTTL')
+        else
+          redis.call('DEL', key)
+        end
+        if r and r.state == 2 and r.fence == u32(blob, p) then
+          out[i] = 1
+        elseif old and not r then
+          out[i] = 8
+        else
+          out[i] = 2
+        end
       end
     end
   end

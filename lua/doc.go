@@ -65,7 +65,17 @@
 //     value is put back within the same script, so the change is all or nothing. Kept,
 //     the TTL is what is left of the lease plus the retention, which is at least the
 //     retention; a completion made after the caller's own deadline (the lease may
-//     have run out) starts the retention afresh.
+//     have run out) starts the retention afresh. The completion of a fresh claim
+//     sends the started record its claim wrote, and the check is that the value
+//     replaced is that very string. Where the server has SET ... IFEQ (Redis 8.4
+//     and later, Valkey 8.1 and later; asked with COMMAND DOCS) the server makes
+//     that check itself: the completion is one plain SET IFEQ KEEPTTL, no script,
+//     and only one that finds something else goes to the script (cas.go).
+//   - A claim marked ReadFirst (the HTTP middleware's) reads the record first: a
+//     completed or failed record whose fingerprint matches is answered from that
+//     GET, decoded as the begin script reads it, with no script and no write (a
+//     settled record changes only by an operator's rerun or forget); the rest
+//     goes on as above.
 //   - A call sent again after a lost reply finds its own work: a claim finds its own
 //     owner token, a settlement or release the record moved on at its own fence.
 //

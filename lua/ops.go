@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemkit/idemkit/consumer"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -57,6 +56,12 @@ type BeginItem struct {
 	Locked bool
 	// Start says the claim's handler starts now: the claim is counted (FlagCounted).
 	Start bool
+	// ReadFirst says the record is probably settled (a request sent again): Begin
+	// reads it first (GET) and answers a completed or failed record whose
+	// fingerprint matches from the read, without a script; any other record goes
+	// to the begin script, and a missing one to the SET NX claim, one round trip
+	// later. Ignored with Start (the caller holds the claim it marks).
+	ReadFirst bool
 }
 
 // BeginReply is the begin script's answer for one record.
@@ -103,10 +108,12 @@ func (c Claims) Answer(i int, rep BeginReply) { c.Replies[i] = rep }
 // SET NX PX commands (no script: Redis's cheapest write), each with the started
 // record a fresh claim writes; the keys that already exist then go through the
 // begin script's state machine, in a second round trip that only batches with
-// existing keys pay.
+// existing keys pay. Items marked ReadFirst are read first, in a round trip of
+// their own (see readFirst): a settled record is answered from the read, any
+// other record goes straight to the script, a missing one to the SET NX claim.
 func (r *Runner) Begin(ctx context.Context, a BeginArgs, b BeginBatch) {
 	n := b.Len()
-	size := 0
+	size, reads := 0, 0
 	for i := 0; i < n; i++ {
 		it := b.Item(i)
 		if len(it.Owner) > maxOwner {
@@ -117,8 +124,20 @@ func (r *Runner) Begin(ctx context.Context, a BeginArgs, b BeginBatch) {
 			return
 		}
 		size += startedLen(it.Fingerprint != nil, it.Owner)
+		if it.ReadFirst && !it.Start {
+			reads++
+		}
 	}
-	existing := r.claimFresh(ctx, a, b, size)
+	var existing []int
+	if reads == 0 {
+		existing = r.claimFresh(ctx, a, b, nil, size)
+	} else {
+		var fresh []int
+		fresh, existing = r.readFirst(ctx, b, reads)
+		if len(fresh) > 0 {
+			existing = append(existing, r.claimFresh(ctx, a, b, fresh, size)...)
+		}
+	}
 	if len(existing) == 0 {
 		return
 	}
@@ -158,31 +177,45 @@ func (r *Runner) Begin(ctx context.Context, a BeginArgs, b BeginBatch) {
 	}
 }
 
-// claimFresh sends SET key record NX PX lease+retention for every item, in one
-// pipeline, answers the fresh claims and returns the items whose key exists. size
-// is the total length of their records.
-func (r *Runner) claimFresh(ctx context.Context, a BeginArgs, b BeginBatch, size int) (existing []int) {
+// claimFresh sends SET key record NX PX lease+retention for the items idx names
+// (every item when idx is nil), in one pipeline, answers the fresh claims and
+// returns the items whose key exists. size bounds the total length of their
+// records.
+func (r *Runner) claimFresh(ctx context.Context, a BeginArgs, b BeginBatch, idx []int, size int) (existing []int) {
 	n := b.Len()
+	if idx != nil {
+		n = len(idx)
+	}
+	item := func(j int) int { // the item of the j-th command
+		if idx == nil {
+			return j
+		}
+		return idx[j]
+	}
 	var sb strings.Builder
 	sb.Grow(size)
 	ends := make([]int, n)
 	var rec []byte
-	for i := 0; i < n; i++ {
-		it := b.Item(i)
+	for j := 0; j < n; j++ {
+		it := b.Item(item(j))
 		rec = AppendStarted(rec[:0], it.Owner, it.Fingerprint, it.Locked, it.Start, a.Retention, a.Now)
 		sb.Write(rec)
-		ends[i] = sb.Len()
+		ends[j] = sb.Len()
 	}
 	records := sb.String()
 	var ttl any = (a.Lease + a.Retention).Milliseconds() // boxed once for every command
 	args := make([]any, 6*n)
+	// The keys and records, passed by pointer: go-redis takes *string, and a
+	// pointer goes into an interface without an allocation of its own.
+	strs := make([]string, 2*n)
 	cmds := make([]*redis.Cmd, n)
 	start := 0
 	for i := 0; i < n; i++ {
+		strs[2*i], strs[2*i+1] = b.Item(item(i)).Key, records[start:ends[i]]
+		start = ends[i]
 		cmdArgs := args[6*i : 6*i+6 : 6*i+6]
 		cmdArgs[0], cmdArgs[1], cmdArgs[2], cmdArgs[3], cmdArgs[4], cmdArgs[5] =
-			"set", b.Item(i).Key, records[start:ends[i]], "nx", "px", ttl
-		start = ends[i]
+			"set", &strs[2*i], &strs[2*i+1], "nx", "px", ttl
 		cmds[i] = redis.NewCmd(ctx, cmdArgs...)
 	}
 	send := func() struct{} {
@@ -198,13 +231,14 @@ func (r *Runner) claimFresh(ctx context.Context, a BeginArgs, b BeginBatch, size
 		return struct{}{}
 	}
 	if _, err := within(r, ctx, send); err != nil {
-		for i := 0; i < n; i++ {
-			b.Answer(i, BeginReply{Err: err})
+		for j := 0; j < n; j++ {
+			b.Answer(item(j), BeginReply{Err: err})
 		}
 		return nil
 	}
 	fresh := BeginReply{Code: Acquired, Fence: 1, Attempts: 1, Millis: a.Lease.Milliseconds(), Created: a.Now}
-	for i, c := range cmds {
+	for j, c := range cmds {
+		i := item(j)
 		switch err := c.Err(); {
 		case err == nil:
 			rep := fresh
@@ -288,136 +322,10 @@ func parseBegin(v any, g []int, a BeginArgs, b BeginBatch) error {
 	return nil
 }
 
-// SettleArgs are the settings shared by one settle call.
-type SettleArgs struct {
-	MaxAttempts int
-	Now         int64 // unix seconds, the caller's clock: updated times only
-}
-
-// SettleItem finishes one attempt: Complete stores Result, otherwise the failure is
-// recorded (Permanent or retryable, with Message).
-type SettleItem struct {
-	Key   string
-	Owner string
-	// Fence, Attempts, Created and Fingerprint are the claim's, as Begin answered:
-	// a completion writes the completed record whole.
-	Fence       int64
-	Attempts    int
-	Created     int64
-	Fingerprint *[16]byte
-	// Late says the caller's lease may have run out: the retention starts afresh.
-	// (A caller that does not know its claim passes Fence 0: the record's own fence,
-	// attempts, created time and fingerprint are kept, at one more write.)
-	Late      bool
-	Complete  bool
-	Result    []byte
-	Dropped   string // "" when Result is kept, else why not: the size, or "unencodable"
-	Permanent bool
-	Message   string // at most MaxErrorText bytes (see consumer.CapText)
-}
-
 // AckReply is the answer of complete, fail, extend or release for one record.
 type AckReply struct {
 	Ack Ack
 	Err error
-}
-
-// SettleBatch is a batch of settlements: Settle reads its items and answers each.
-type SettleBatch interface {
-	Len() int
-	Item(i int) SettleItem
-	Answer(i int, rep AckReply)
-}
-
-// Settlements is a SettleBatch over slices: the answers go to Replies (len(Items)).
-type Settlements struct {
-	Items   []SettleItem
-	Replies []AckReply
-}
-
-// Len is len(s.Items).
-func (s Settlements) Len() int { return len(s.Items) }
-
-// Item is s.Items[i].
-func (s Settlements) Item(i int) SettleItem { return s.Items[i] }
-
-// Answer stores rep in s.Replies[i].
-func (s Settlements) Answer(i int, rep AckReply) { s.Replies[i] = rep }
-
-// Settle completes or fails the items of b, in one round trip: per hash slot group,
-// one complete call and one fail call at most.
-func (r *Runner) Settle(ctx context.Context, a SettleArgs, b SettleBatch) {
-	var calls []call
-	var members [][]int
-	for _, g := range r.groups(b.Len(), func(i int) string { return b.Item(i).Key }) {
-		var done, failed []int
-		doneSize, failSize := 0, 0
-		for _, i := range g {
-			it := b.Item(i)
-			if it.Complete {
-				done = append(done, i)
-				doneSize += 11 + len(it.Owner) + headerLen + fpLen + len(it.Result) + len(it.Dropped)
-			} else {
-				failed = append(failed, i)
-				failSize += 8 + len(it.Owner) + min(len(it.Message), MaxErrorText)
-			}
-		}
-		if len(done) > 0 {
-			calls, members = append(calls, completeCall(a, b, done, doneSize)), append(members, done)
-		}
-		if len(failed) > 0 {
-			calls, members = append(calls, failCall(a, b, failed, failSize)), append(members, failed)
-		}
-	}
-	r.acks(ctx, calls, members, b.Answer)
-}
-
-func completeCall(a SettleArgs, b SettleBatch, idx []int, size int) call {
-	blob := make([]byte, 0, size)
-	keys := make([]string, len(idx))
-	for j, i := range idx {
-		it := b.Item(i)
-		keys[j] = it.Key
-		flag := byte('-')
-		switch {
-		case it.Fence == 0: // the caller does not know its claim: keep the record's
-			flag = '?'
-		case it.Late:
-			flag = 'l'
-		}
-		at := byte(headerLen + 1) // the owner's length byte, 1-based, in the started record
-		if it.Fingerprint != nil {
-			at += fpLen
-		}
-		blob = append(blob, flag, at, byte(len(it.Owner)))
-		blob = append(blob, it.Owner...)
-		blob = binary.BigEndian.AppendUint32(blob, uint32(it.Fence))
-		vat := len(blob)
-		blob = append(blob, 0, 0, 0, 0)
-		blob = AppendCompleted(blob, it.Fence, it.Attempts, it.Fingerprint, it.Created, a.Now, it.Result, it.Dropped)
-		binary.BigEndian.PutUint32(blob[vat:], uint32(len(blob)-vat-4))
-	}
-	return call{script: CompleteScript, keys: keys, args: []any{blob}}
-}
-
-func failCall(a SettleArgs, b SettleBatch, idx []int, size int) call {
-	blob := make([]byte, 0, size)
-	keys := make([]string, len(idx))
-	for j, i := range idx {
-		it := b.Item(i)
-		keys[j] = it.Key
-		msg := consumer.CapText(it.Message, MaxErrorText)
-		mode := byte('r')
-		if it.Permanent {
-			mode = 'p'
-		}
-		blob = binary.BigEndian.AppendUint32(blob, uint32(it.Fence))
-		blob = append(blob, mode, byte(len(it.Owner)))
-		blob = append(blob, it.Owner...)
-		blob = binary.BigEndian.AppendUint16(blob, uint16(len(msg)))
-		blob = append(blob, msg...)
-	}
-	return call{script: FailScript, keys: keys, args: []any{a.Now, a.MaxAttempts, blob}}
 }
 
 // OwnedKey names a record and the attempt that holds it.
@@ -459,7 +367,12 @@ func (r *Runner) owned(ctx context.Context, s *Script, items []OwnedKey, withFen
 }
 
 func (r *Runner) acks(ctx context.Context, calls []call, members [][]int, answer func(int, AckReply)) {
-	for ci, rep := range r.exec(ctx, calls) {
+	r.answerAcks(calls, members, r.exec(ctx, calls), answer)
+}
+
+// answerAcks answers the members of each call from its reply: one code per record.
+func (r *Runner) answerAcks(calls []call, members [][]int, reps []reply, answer func(int, AckReply)) {
+	for ci, rep := range reps {
 		g := members[ci]
 		rows, err := rowsOf(rep, len(g))
 		for j, i := range g {

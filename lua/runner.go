@@ -3,6 +3,8 @@ package lua
 import (
 	"context"
 	"errors"
+	"sync"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -26,6 +28,9 @@ type Runner struct {
 	// honours: the client bounds its socket I/O by the context's deadline
 	// (ContextTimeoutEnabled), so a call needs no goroutine of its own to be bounded.
 	honours bool
+	// cas: what the Runner knows of SET IFEQ on its servers (casUnknown, casAsking,
+	// casYes, or until when it does without; see cas.go).
+	cas atomic.Int64
 }
 
 // NewRunner returns a Runner for c: a *redis.Client (single server or Sentinel
@@ -45,7 +50,8 @@ func NewRunner(c redis.UniversalClient) *Runner {
 }
 
 // Load loads every script (on every primary of a cluster, on every shard of a
-// ring) so that the first calls need no reload.
+// ring) so that the first calls need no reload, and asks each of those servers
+// whether SET takes IFEQ (see cas.go).
 func (r *Runner) Load(ctx context.Context) error {
 	err, berr := within(r, ctx, func() error {
 		for _, s := range All() {
@@ -53,6 +59,7 @@ func (r *Runner) Load(ctx context.Context) error {
 				return err
 			}
 		}
+		r.casLearn(r.askEach(ctx))
 		return nil
 	})
 	if berr != nil {
@@ -70,6 +77,40 @@ func (r *Runner) load(ctx context.Context, s *Script) error {
 		})
 	}
 	return r.c.ScriptLoad(ctx, s.src).Err()
+}
+
+// askEach asks every primary of a cluster, every shard of a ring, or the one
+// server whether SET takes IFEQ: true when all of them do.
+func (r *Runner) askEach(ctx context.Context) (bool, error) {
+	var mu sync.Mutex
+	all, first := true, error(nil)
+	ask := func(ctx context.Context, c *redis.Client) error {
+		q := casQuestion(ctx)
+		_ = c.Process(ctx, q)
+		has, err := casAnswer(q)
+		mu.Lock()
+		defer mu.Unlock()
+		all = all && has
+		if first == nil {
+			first = err
+		}
+		return nil
+	}
+	switch c := r.c.(type) {
+	case *redis.ClusterClient:
+		if err := c.ForEachMaster(ctx, ask); err != nil {
+			return false, err
+		}
+	case *redis.Ring:
+		if err := c.ForEachShard(ctx, ask); err != nil {
+			return false, err
+		}
+	default:
+		q := casQuestion(ctx)
+		_ = r.c.Process(ctx, q)
+		return casAnswer(q)
+	}
+	return all, first
 }
 
 type call struct {
@@ -118,14 +159,22 @@ func (r *Runner) groups(n int, key func(i int) string) [][]int {
 
 // exec runs calls in one round trip, bounded as within says.
 func (r *Runner) exec(ctx context.Context, calls []call) []reply {
-	out, err := within(r, ctx, func() []reply { return r.run(ctx, calls) })
-	if err != nil {
+	out, _ := r.execWith(ctx, calls, nil)
+	return out
+}
+
+// execWith is exec with plain commands, extra, sent first in the same round trip;
+// each carries its own reply. bound is within's error when the replies did not
+// arrive in time: every reply then carries it, and extra must not be read.
+func (r *Runner) execWith(ctx context.Context, calls []call, extra []redis.Cmder) (out []reply, bound error) {
+	out, bound = within(r, ctx, func() []reply { return r.run(ctx, calls, extra) })
+	if bound != nil {
 		out = make([]reply, len(calls))
 		for i := range out {
-			out[i].err = err
+			out[i].err = bound
 		}
 	}
-	return out
+	return out, bound
 }
 
 // within runs a round trip f and waits for it no longer than ctx allows, whether or
@@ -166,13 +215,16 @@ func (e *NoReplyError) Error() string {
 // Unwrap returns the context's cause (context.DeadlineExceeded for a deadline).
 func (e *NoReplyError) Unwrap() error { return e.Cause }
 
-// run runs calls in one round trip (one pipeline; a single call goes alone). Calls
-// answered NOSCRIPT did not run, so they are sent again, once, with the script's
-// source (EVAL), which no concurrent SCRIPT FLUSH can refuse; the scripts are
-// loaded again for the calls that follow.
-func (r *Runner) run(ctx context.Context, calls []call) []reply {
+// run runs calls and extra in one round trip (one pipeline; a single command goes
+// alone). Calls answered NOSCRIPT did not run, so they are sent again, once, with
+// the script's source (EVAL), which no concurrent SCRIPT FLUSH can refuse; the
+// scripts are loaded again for the calls that follow.
+func (r *Runner) run(ctx context.Context, calls []call, extra []redis.Cmder) []reply {
 	out := make([]reply, len(calls))
-	if len(calls) == 1 {
+	switch {
+	case len(calls) == 0 && len(extra) == 0:
+		return out
+	case len(calls) == 1 && len(extra) == 0:
 		c := calls[0]
 		v, err := r.c.EvalSha(ctx, c.script.Hash(), c.keys, c.args...).Result()
 		if isNoScript(err) {
@@ -180,13 +232,21 @@ func (r *Runner) run(ctx context.Context, calls []call) []reply {
 		}
 		out[0] = reply{v, err}
 		return out
+	case len(calls) == 0 && len(extra) == 1:
+		_ = r.c.Process(ctx, extra[0]) // the command carries its own error
+		return out
 	}
 	pending := make([]int, len(calls))
 	for i := range pending {
 		pending[i] = i
 	}
-	for round := 0; len(pending) > 0; round++ {
+	for round := 0; round == 0 || len(pending) > 0; round++ {
 		pipe := r.c.Pipeline()
+		if round == 0 {
+			for _, c := range extra {
+				_ = pipe.Process(ctx, c)
+			}
+		}
 		cmds := make([]*redis.Cmd, len(pending))
 		for j, i := range pending {
 			c := calls[i]

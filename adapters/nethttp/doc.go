@@ -69,6 +69,12 @@
 // Redis keep separate records. Records live for the store's retention
 // (consumer.WithRetention, 24h by default): publish it as the key's validity.
 //
+// The middleware's claims carry consumer.Claim.ReadFirst: it expects keys it has
+// seen, since clients send a request again when they missed its answer. The Redis
+// store then reads the record first, and a replay of a completed (or failed) key
+// costs it one GET and no script; a new key costs one round trip more than a
+// broker message's claim (the read, then the SET NX). Other stores ignore the hint.
+//
 // The fingerprint is SHA-256 over the method, the escaped path, the raw query and
 // the body; WithFingerprintHeaders adds headers, WithCanonicalJSON ignores
 // whitespace and member order in JSON bodies, WithFingerprintFunc replaces it. The

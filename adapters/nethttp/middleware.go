@@ -26,14 +26,32 @@ type Middleware struct {
 	maxResult int
 }
 
-// tunedStore is a store whose execution settings (fingerprint, fail-open, wait)
-// are the middleware's; its records and scripts are the store's own.
-type tunedStore struct {
+// httpStore is the store as the middleware uses it: its execution settings
+// (fingerprint, fail-open, wait) are the middleware's, its records and scripts
+// the store's own, and every claim it sends carries consumer.Claim.ReadFirst.
+//
+// The hint is set here, not by the store or the engine, because only HTTP expects
+// settled keys: a client sends a request again when it did not see the answer,
+// and each such replay should cost a store one read of the record (the Redis
+// store answers a completed key from one GET, with no script). Brokers deliver
+// mostly new keys, where a read first would add a round trip to every message:
+// the Kafka and RabbitMQ adapters keep the single SET NX of a new key.
+type httpStore struct {
 	consumer.Store
 	s consumer.Settings
 }
 
-func (t tunedStore) Settings() consumer.Settings { return t.s }
+func (h httpStore) Settings() consumer.Settings { return h.s }
+
+// Begin sends claims with ReadFirst set, on a copy: the caller's slice is its own.
+func (h httpStore) Begin(ctx context.Context, claims []consumer.Claim) []consumer.ClaimReply {
+	hinted := make([]consumer.Claim, len(claims))
+	copy(hinted, claims)
+	for i := range hinted {
+		hinted[i].ReadFirst = true
+	}
+	return h.Store.Begin(ctx, hinted)
+}
 
 // New returns the middleware on store: any consumer.Store (store/redis, store/postgres,
 // store/dynamodb, store/memory). The store must have its own scope
@@ -66,10 +84,7 @@ func New(store consumer.Store, opts ...Option) (*Middleware, error) {
 	}
 	tuned := s
 	tuned.Fingerprint, tuned.FailOpen, tuned.WaitInProgress = cfg.fingerprint, s.FailOpen || cfg.failOpen, cfg.wait
-	if tuned.Fingerprint != s.Fingerprint || tuned.FailOpen != s.FailOpen || tuned.WaitInProgress != s.WaitInProgress {
-		store = tunedStore{Store: store, s: tuned}
-	}
-	m := &Middleware{store: store, cfg: cfg, log: cfg.logger, codec: s.Codec, maxResult: s.MaxResultSize}
+	m := &Middleware{store: httpStore{Store: store, s: tuned}, cfg: cfg, log: cfg.logger, codec: s.Codec, maxResult: s.MaxResultSize}
 	switch {
 	case cfg.maxBufferSet:
 	case cfg.blobs != nil:

@@ -111,9 +111,10 @@ func (r *rig) seedLane(all []string) error {
 	return nil
 }
 
-// rawLane: idemkit's begin and complete scripts with pre-built arguments.
+// rawLane: idemkit's begin and complete scripts (or SET IFEQ, where the server
+// has it) with pre-built arguments.
 func (r *rig) rawLane(all []string) error {
-	run := lua.NewRunner(r.client)
+	run := r.runner
 	items := make([]lua.BeginItem, r.b)
 	reps := make([]lua.BeginReply, r.b)
 	settle := make([]lua.SettleItem, r.b)
@@ -138,7 +139,7 @@ func (r *rig) rawLane(all []string) error {
 			settle[i] = lua.SettleItem{Key: items[i].Key, Owner: items[i].Owner, Fence: 1, Attempts: 1, Created: now,
 				Fingerprint: &fps[i], Complete: true, Result: []byte("{}")}
 		}
-		run.Settle(r.ctx, lua.SettleArgs{MaxAttempts: 5, Now: now}, lua.Settlements{Items: settle, Replies: acks})
+		run.Settle(r.ctx, lua.SettleArgs{MaxAttempts: 5, Now: now, Retention: ret}, lua.Settlements{Items: settle, Replies: acks})
 		for _, a := range acks {
 			if a.Err != nil || a.Ack != lua.AckOK {
 				return fmt.Errorf("raw complete: %+v", a)

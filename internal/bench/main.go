@@ -6,9 +6,10 @@
 //   - seed-002 protocol: the acquire script and the release script of the
 //     "idempotency with Redis and Lua" design, one message at a time (a hash per
 //     key, EXISTS/HGET/HSET/EXPIRE), the reference for the single path;
-//   - go-redis only: idemkit's own begin and complete scripts called directly with
-//     pre-built arguments, B records per call: the client cost of the commands
-//     idemkit sends, without idemkit's Go code around them;
+//   - go-redis only: idemkit's own begin and complete scripts (SET IFEQ for the
+//     completions where the server has it) called directly with pre-built
+//     arguments, B records per call: the client cost of the commands idemkit
+//     sends, without idemkit's Go code around them;
 //   - ExecuteIdempotently, one message at a time;
 //   - ExecuteBatch with B messages per call, on one goroutine, and on two at once
 //     (two batches in flight);
@@ -29,11 +30,13 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/internal/benchkit"
 	"github.com/idemkit/idemkit/internal/testenv"
+	"github.com/idemkit/idemkit/lua"
 	redisstore "github.com/idemkit/idemkit/store/redis"
 	"github.com/redis/go-redis/v9"
 )
@@ -57,6 +60,7 @@ type rig struct {
 	client *redis.Client
 	admin  *redis.Client
 	store  *redisstore.Store
+	runner *lua.Runner // for the go-redis only lane, loaded (and told whether SET takes IFEQ) once
 	env    benchkit.Env
 	run    string // unique per run, so keys never repeat
 	b      int
@@ -85,11 +89,17 @@ func run(n, bn, b, reps, records int) error {
 	if err := store.Load(ctx); err != nil {
 		return err
 	}
-	r := &rig{ctx: ctx, client: client, admin: admin, store: store, env: benchkit.Env{ServerPid: pid, Calls: cnt}, run: runID, b: b}
+	runner := lua.NewRunner(client)
+	if err := runner.Load(ctx); err != nil {
+		return err
+	}
+	r := &rig{ctx: ctx, client: client, admin: admin, store: store, runner: runner, env: benchkit.Env{ServerPid: pid, Calls: cnt},
+		run: runID, b: b}
 	if err := r.loadSeed(); err != nil {
 		return err
 	}
 	fmt.Printf("idemkit bench: Redis %s (%s), no-op handler, B=%d, %d repetitions\n", version, where, b, reps)
+	fmt.Printf("completions of fresh claims: %s\n", completionPath(ctx, admin))
 	if pid < 0 {
 		fmt.Println("(redis-server is not on this machine: its CPU is not measured)")
 	}
@@ -151,6 +161,16 @@ func (r *rig) repetition(rep, n, bn int) error {
 	fmt.Printf("  two in flight >= 1.5x one batch msgs/s:        %5.2fx  %s\n", l.two.Rate()/l.batch.Rate(), benchkit.Verdict(l.two.Rate() >= 1.5*l.batch.Rate()))
 	fmt.Printf("  pipeline >= 1.5x one batch msgs/s:             %5.2fx  %s\n", l.pipe.Rate()/l.batch.Rate(), benchkit.Verdict(l.pipe.Rate() >= 1.5*l.batch.Rate()))
 	return nil
+}
+
+// completionPath says how this server completes fresh claims: SET IFEQ when SET
+// documents the IFEQ condition (Redis 8.4+, Valkey 8.1+), else the complete script.
+func completionPath(ctx context.Context, c *redis.Client) string {
+	docs, err := c.Do(ctx, "command", "docs", "set").Result()
+	if err == nil && strings.Contains(fmt.Sprint(docs), "IFEQ") {
+		return "SET IFEQ KEEPTTL, no script (the server has SET IFEQ)"
+	}
+	return "the complete script (the server has no SET IFEQ: Redis before 8.4, Valkey before 8.1)"
 }
 
 func ratio(a, b float64) float64 {

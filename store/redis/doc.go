@@ -15,6 +15,16 @@
 //	store, err := redisstore.NewStore(goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:6379"}),
 //		consumer.WithScope("payments"))
 //
+// What each call costs Redis: a claim of a new key is one SET NX (a batch's in one
+// pipeline); a key that exists goes through the begin script. A completion of a
+// fresh claim is, on Redis 8.4 and later and Valkey 8.1 and later, one SET ...
+// IFEQ (the server compares the record with the one the claim wrote, no
+// script); on older servers (Redis 6.2 to 8.2, Valkey 7.2 and 8.0) the complete
+// script makes the same comparison. The store asks the server which it has
+// (COMMAND DOCS) when it loads its scripts, or with its first completion. A
+// claim marked consumer.Claim.ReadFirst, as the HTTP middleware's are, reads the
+// record first, and a replay of a completed key costs one GET.
+//
 // Redis must keep what it is given: NewStore reads each node's configuration and
 // warns (or, under WithEvictionCheck(EvictionRefuse), refuses) when
 // maxmemory-policy may evict records, and logs a node that persists nothing. A full

@@ -69,10 +69,15 @@ func (f fullRedis) fill(ctx context.Context) error {
 	return nil
 }
 
-// free deletes what fill wrote (DEL is never refused), and checks that Redis
-// takes writes again.
+// free deletes what fill wrote (DEL is never refused), lifts the limit, and
+// checks that Redis takes writes again. The limit goes: what else Redis holds may
+// have grown since fill measured it (a script loaded, a reply buffer), and the
+// filler's room alone may then not be enough for the next transition.
 func (f fullRedis) free(ctx context.Context) error {
 	if err := f.c.Del(ctx, "filler").Err(); err != nil {
+		return err
+	}
+	if err := f.c.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
 		return err
 	}
 	return f.c.Set(ctx, "probe", "1", time.Minute).Err()

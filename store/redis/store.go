@@ -88,8 +88,13 @@ func (r *Store) RecordKey(key consumer.Key) string {
 	return r.s.Prefix + ":{" + r.s.Scope + ":" + string(key) + "}"
 }
 
-// Begin claims records, in one round trip: a fresh key with SET NX PX inside the
-// begin script, an existing one through the state machine.
+// Begin claims records: a fresh key with one plain SET NX PX (a batch of them in
+// one pipeline), an existing one through the begin script's state machine in a
+// second round trip that only batches with existing keys pay. A claim marked
+// consumer.Claim.ReadFirst (the HTTP middleware's) reads the record first: a
+// completed or failed record whose fingerprint matches is answered from that one
+// GET, with no script and no write; any other record goes to the begin script,
+// and a missing one to the SET NX claim.
 func (r *Store) Begin(ctx context.Context, claims []consumer.Claim) []consumer.ClaimReply {
 	if r == nil {
 		return nilStore[consumer.ClaimReply](len(claims), func(err error) consumer.ClaimReply { return consumer.ClaimReply{Err: err} })
@@ -115,7 +120,7 @@ func (b *beginBatch) Len() int { return len(b.claims) }
 
 func (b *beginBatch) Item(i int) lua.BeginItem {
 	c := &b.claims[i]
-	it := lua.BeginItem{Key: b.out[i].Ref, Owner: c.Owner, Locked: c.Locked, Start: c.Start}
+	it := lua.BeginItem{Key: b.out[i].Ref, Owner: c.Owner, Locked: c.Locked, Start: c.Start, ReadFirst: c.ReadFirst}
 	if !c.Fingerprint.IsZero() {
 		it.Fingerprint = (*[16]byte)(&c.Fingerprint)
 	}
@@ -204,7 +209,7 @@ func (r *Store) Settle(ctx context.Context, items []consumer.Settlement) []consu
 	}
 	ctx, cancel := r.bound(ctx)
 	defer cancel()
-	r.runner.Settle(ctx, lua.SettleArgs{MaxAttempts: r.s.MaxAttempts, Now: time.Now().Unix()}, b)
+	r.runner.Settle(ctx, lua.SettleArgs{MaxAttempts: r.s.MaxAttempts, Now: time.Now().Unix(), Retention: r.s.Retention}, b)
 	return b.out
 }
 
