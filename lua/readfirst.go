@@ -20,7 +20,11 @@ import (
 // settled record answers, and a settled record does not change under a claim:
 // only an operator's rerun or forget moves it on. The GET reads the value at one
 // instant, as the script would have; the answer is the one the script would have
-// given at that instant. Nothing is written from a read.
+// given at that instant. Nothing is written from a read. The read is a GETEX
+// without options (Redis 6.2+, the store's floor): it changes nothing, but Redis
+// flags it a write, so go-redis sends it to the primary even on a client that
+// routes reads to replicas (ReadOnly, RouteByLatency, RouteRandomly), where a
+// lagging replica could still hold a record an operator has rerun or forgotten.
 func (r *Runner) readFirst(ctx context.Context, b BeginBatch, reads int) (fresh, existing []int) {
 	n := b.Len()
 	idx := make([]int, 0, reads)
@@ -29,7 +33,7 @@ func (r *Runner) readFirst(ctx context.Context, b BeginBatch, reads int) (fresh,
 		it := b.Item(i)
 		if it.ReadFirst && !it.Start {
 			idx = append(idx, i)
-			cmds = append(cmds, redis.NewStringCmd(ctx, "get", it.Key))
+			cmds = append(cmds, redis.NewStringCmd(ctx, "getex", it.Key))
 		} else {
 			fresh = append(fresh, i)
 		}

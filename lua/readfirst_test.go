@@ -113,7 +113,7 @@ func TestReadFirstAgreesWithTheScript(t *testing.T) {
 	fpA, fpB := [16]byte{0xa}, [16]byte{0xb}
 	started := lua.AppendStarted(nil, "other-owner", &fpA, false, true, time.Hour, now)
 
-	read, script, claim := []string{"get"}, []string{"get", "evalsha"}, []string{"get", "set"}
+	read, script, claim := []string{"getex"}, []string{"getex", "evalsha"}, []string{"getex", "set"}
 	cases := []struct {
 		name  string
 		value []byte        // nil: no record; with list set, a list
@@ -230,10 +230,29 @@ func TestReadFirstInABatch(t *testing.T) {
 			t.Fatalf("item %d: %+v, want code %d", i, rep, want[i])
 		}
 	}
-	if sends, wantSends := hook.take(), []string{"get", "get", "set", "set", "set", "set", "evalsha"}; !slices.Equal(sends, wantSends) {
+	if sends, wantSends := hook.take(), []string{"getex", "getex", "set", "set", "set", "set", "evalsha"}; !slices.Equal(sends, wantSends) {
 		t.Fatalf("sent %v, want %v (a pipeline of GETs, a pipeline of SET NX, one script call)", sends, wantSends)
 	}
 	if reps[0].Data != "r" || reps[0].Fence != 2 || reps[3].Data != "r" {
 		t.Fatalf("duplicates: %+v %+v", reps[0], reps[3])
+	}
+}
+
+// The read-first read goes where the scripts go, to the primary: go-redis sends a
+// command the server flags read-only to a replica when the client routes reads
+// there (ReadOnly, RouteByLatency, RouteRandomly), and a lagging replica can still
+// hold a record an operator has rerun or forgotten. GETEX is flagged a write.
+func TestReadFirstReadIsNotRoutedToReplicas(t *testing.T) {
+	c := testenv.Redis(t)
+	cmds, err := c.Command(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, ok := cmds["getex"]
+	if !ok {
+		t.Fatal("the server does not know GETEX (Redis 6.2+)")
+	}
+	if info.ReadOnly {
+		t.Fatalf("GETEX is flagged read-only (%v): go-redis would route the read-first read to replicas", info.Flags)
 	}
 }

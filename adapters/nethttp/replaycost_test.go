@@ -85,7 +85,7 @@ func TestReplayCostsOneRead(t *testing.T) {
 			t.Fatalf("replay %d: %d %q %s", i, again.Status, again.Header.Get(nethttp.HeaderReplayed), again.Body)
 		}
 	}
-	if calls, want := serverCalls(t, c), map[string]int64{"get": 3}; !sameCalls(calls, want) {
+	if calls, want := serverCalls(t, c), map[string]int64{"getex": 3}; !sameCalls(calls, want) {
 		t.Fatalf("three replays ran %v on Redis, want %v (one GET each, no script)", calls, want)
 	}
 
@@ -95,7 +95,7 @@ func TestReplayCostsOneRead(t *testing.T) {
 	if p := reused.problem(t); reused.Status != http.StatusUnprocessableEntity || p.Code != "key-reused" {
 		t.Fatalf("reused key: %d %+v", reused.Status, p)
 	}
-	if calls, want := serverCalls(t, c), map[string]int64{"get": 2, "set": 1, "evalsha": 1}; !sameCalls(calls, want) {
+	if calls, want := serverCalls(t, c), map[string]int64{"getex": 1, "get": 1, "set": 1, "evalsha": 1}; !sameCalls(calls, want) {
 		t.Fatalf("a reused key ran %v, want %v (the read, then the begin script: its SET NX and GET)", calls, want)
 	}
 
@@ -109,7 +109,7 @@ func TestReplayCostsOneRead(t *testing.T) {
 	if p := busy.problem(t); busy.Status != http.StatusConflict || p.Code != "key-in-progress" {
 		t.Fatalf("key in progress: %d %+v", busy.Status, p)
 	}
-	if calls, want := serverCalls(t, c), map[string]int64{"get": 2, "set": 1, "evalsha": 1, "pttl": 1}; !sameCalls(calls, want) {
+	if calls, want := serverCalls(t, c), map[string]int64{"getex": 1, "get": 1, "set": 1, "evalsha": 1, "pttl": 1}; !sameCalls(calls, want) {
 		t.Fatalf("a key in progress ran %v, want %v", calls, want)
 	}
 
@@ -122,7 +122,7 @@ func TestReplayCostsOneRead(t *testing.T) {
 	if bad.Status != http.StatusInternalServerError {
 		t.Fatalf("corrupt record: %d %s", bad.Status, bad.Body)
 	}
-	if calls, want := serverCalls(t, c), map[string]int64{"get": 2, "set": 1, "evalsha": 1}; !sameCalls(calls, want) {
+	if calls, want := serverCalls(t, c), map[string]int64{"getex": 1, "get": 1, "set": 1, "evalsha": 1}; !sameCalls(calls, want) {
 		t.Fatalf("a corrupt record ran %v, want %v", calls, want)
 	}
 	if v := c.Get(context.Background(), recordKey("k-3")).Val(); v != "hello" || runs.load() != 1 {
