@@ -331,24 +331,6 @@ func (m *Store) Peek(ctx context.Context, key consumer.Key) (consumer.Record, er
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	now := m.nowMillis()
-	rec := consumer.Record{Key: key, Now: time.UnixMilli(now)}
-	r := m.get(key, now)
-	if r == nil {
-		return rec, nil
-	}
-	rec.Found, rec.State, rec.Owner, rec.Fence, rec.Attempts = true, r.state, r.owner, r.fence, r.attempts
-	rec.Fingerprint, rec.Dropped = r.fp, r.dropped
-	if r.state == "completed" && r.dropped == "" {
-		rec.Result = append([]byte(nil), r.result...)
-	}
-	rec.Error, rec.History = r.lastError(), append([]consumer.AttemptError(nil), r.history...)
-	rec.Permanent, rec.Locked, rec.Counted = r.state == "failed" && r.permanent, r.locked, r.state == "started" && r.counted
-	rec.Created, rec.Updated = created(r.created), created(r.updated)
-	rec.TTL = time.Duration(r.expires-now) * time.Millisecond
-	if r.state == "started" {
-		rec.LeaseUntil = time.UnixMilli(r.lease)
-		rec.Retention = m.s.Retention
-	}
+	rec, _ := m.snapshot(key, m.nowMillis())
 	return rec, nil
 }

@@ -196,27 +196,8 @@ func adminRecord(scope string, key consumer.Key, rec lua.Record) consumer.AdminR
 		out.Corrupt = rec.Reason
 		return out
 	}
-	f := &rec.Fields
-	o := &out.Record
-	o.State, o.Owner, o.Fence, o.Attempts = f.StateName(), f.Owner, f.Fence, f.Attempts
-	o.Fingerprint, o.LeaseUntil, o.Retention = f.Fingerprint, rec.LeaseUntil, f.Retention
-	o.Locked, o.Created, o.Updated = f.Flags&lua.FlagLocked != 0, f.Created, f.Updated
-	o.Counted = f.State == lua.StateStarted && f.Flags&lua.FlagCounted != 0
-	o.Permanent = f.State == lua.StateFailed && f.Flags&lua.FlagPermanent != 0
-	switch {
-	case f.State != lua.StateCompleted:
-	case f.Flags&lua.FlagDropped != 0:
-		o.Dropped = string(f.Result)
-	default:
-		o.Result = f.Result
-	}
-	for _, h := range f.History {
-		o.History = append(o.History, consumer.AttemptError(h))
-	}
-	if len(o.History) > 0 {
-		o.Error = o.History[0].Message
-	}
-	for _, n := range f.Notes {
+	out.Record = recordOf(key, rec)
+	for _, n := range rec.Notes {
 		out.Notes = append(out.Notes, consumer.OperatorNote(n))
 	}
 	return out

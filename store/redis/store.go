@@ -310,9 +310,14 @@ func (r *Store) Peek(ctx context.Context, key consumer.Key) (consumer.Record, er
 	if rec.Corrupt {
 		return consumer.Record{Key: key, Found: true}, &consumer.CorruptRecordError{Key: key, Reason: rec.Reason}
 	}
+	return recordOf(key, rec), nil
+}
+
+// recordOf is a record read by package lua (found, not corrupt) as Peek answers it.
+func recordOf(key consumer.Key, rec lua.Record) consumer.Record {
 	out := consumer.Record{Key: key, Found: rec.Found, Now: rec.Now, TTL: rec.TTL}
 	if !rec.Found {
-		return out, nil
+		return out
 	}
 	f := &rec.Fields
 	out.State, out.Owner, out.Fence, out.Attempts = f.StateName(), f.Owner, f.Fence, f.Attempts
@@ -333,7 +338,7 @@ func (r *Store) Peek(ctx context.Context, key consumer.Key) (consumer.Record, er
 	if len(out.History) > 0 {
 		out.Error = out.History[0].Message
 	}
-	return out, nil
+	return out
 }
 
 // bound limits ctx to the call timeout: the runner stops waiting for a reply then,
