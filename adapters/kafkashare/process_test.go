@@ -1,0 +1,3 @@
+package kafkashare_test
+
+func helperMain() bool { return false }

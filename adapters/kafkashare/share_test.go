@@ -1,0 +1,95 @@
+package kafkashare_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idemkit/adapters/kafkashare"
+	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/internal/testenv"
+	redisstore "github.com/idemkit/idemkit/store/redis"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+func newStore(t *testing.T, prefix string, obs ...consumer.Observer) consumer.Store {
+	t.Helper()
+	store, err := redisstore.NewStore(testenv.Redis(t), consumer.WithPrefix(prefix), consumer.WithScope("payments"),
+		consumer.WithLease(time.Second), consumer.WithObserver(obs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return store
+}
+
+// Every event is charged once across two member clients, duplicates are
+// accepted, a poison record and an undecodable one each produce exactly one
+// dead-letter copy (with the classic adapter's headers) and are accepted, and
+// nothing is left acquired.
+func TestShareGroupChargesOnceAndDeadLettersPoison(t *testing.T) {
+	brokers := shareCluster(t, 2, "payments", "payments.dlq")
+	startAtEarliest(t, brokers, "billing")
+	rdb := testenv.Redis(t)
+	prefix := testenv.Prefix(t)
+	book := testenv.NewLedger(rdb, prefix)
+	events := produce(t, brokers, "payments", 1000, 0.2)
+	produceRaw(t, brokers,
+		&kgo.Record{Topic: "payments", Value: []byte(`{"id":"poison","amount":1}`),
+			Headers: []kgo.RecordHeader{{Key: kafkashare.DefaultKeyHeader, Value: []byte("poison")}}},
+		&kgo.Record{Topic: "payments", Value: []byte(`not json`)})
+	acts := newActions()
+	var runs, poisonRuns atomic.Int64
+	c, err := kafkashare.NewTyped(newStore(t, prefix, acts), shareOpts(brokers, "billing", "payments"), decodeEvent,
+		func(ctx context.Context, ev event, _ *kgo.Record) (int, error) {
+			runs.Add(1)
+			if n, ok := kafkashare.DeliveryCount(ctx); !ok || n < 1 {
+				return 0, consumer.Permanent(errors.New("no delivery count on the handler's context"))
+			}
+			if ev.ID == "poison" {
+				poisonRuns.Add(1)
+				return 0, consumer.Permanent(errors.New("card declined"))
+			}
+			_, err := book.Apply(ctx, ev.ID)
+			return ev.Amount, err
+		}, kafkashare.WithClients(2), kafkashare.WithMaxPollRecords(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, c)
+	total := 1000 + 200 + 2
+	testenv.Eventually(t, 120*time.Second, "every record acknowledged", func() bool {
+		return unfinished(t, brokers, "billing", "payments", 2) == 0
+	})
+	counts, stale := book.Counts(t)
+	for _, ev := range events {
+		if counts[ev.ID] != 1 {
+			t.Errorf("event %s charged %d times, want 1", ev.ID, counts[ev.ID])
+		}
+	}
+	if stale != 0 || poisonRuns.Load() != 1 {
+		t.Errorf("stale writes %d, poison runs %d; want 0 and 1", stale, poisonRuns.Load())
+	}
+	dls := deadLetters(t, brokers, "payments.dlq", 2)
+	kinds := map[string]int{}
+	for _, d := range dls {
+		kinds[header(d, kafkashare.HeaderKind)]++
+		if header(d, kafkashare.HeaderOriginalTopic) != "payments" || header(d, kafkashare.HeaderOriginalOffset) == "" {
+			t.Errorf("dead letter without its coordinates: %v", d.Headers)
+		}
+	}
+	if len(dls) != 2 || kinds["PERMANENT"] != 1 || kinds["UNDECODABLE"] != 1 {
+		t.Fatalf("dead letters %d by kind %v; want one PERMANENT and one UNDECODABLE", len(dls), kinds)
+	}
+	accepted := acts.get("accept/success") + acts.get("accept/duplicate") + acts.get("accept/dead-lettered")
+	if accepted != total || acts.get("accept/dead-lettered") != 2 {
+		t.Fatalf("accepted %d (%d dead-lettered), want %d (2); actions %v", accepted, acts.get("accept/dead-lettered"), total, acts.byReason)
+	}
+	if n := acts.get("release/retry") + acts.get("release/busy") + acts.get("release/interrupted") + acts.get("release/lock-expiring"); n != 0 {
+		t.Fatalf("%d records released; want none (actions %v)", n, acts.byReason)
+	}
+	if acts.ackErrs != 0 || acts.ackOK == 0 {
+		t.Fatalf("broker answers: %d refused, %d applied; want 0 and some", acts.ackErrs, acts.ackOK)
+	}
+}
