@@ -251,6 +251,13 @@ func (a *actions) OnDeadLetter(consumer.DeadLetterEvent) {
 	a.dead++
 }
 
+// answers returns the broker's refused and applied acknowledgement answers.
+func (a *actions) answers() (refused, applied int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.ackErrs, a.ackOK
+}
+
 func (a *actions) get(key string) int {
 	a.mu.Lock()
 	defer a.mu.Unlock()

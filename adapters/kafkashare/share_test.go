@@ -84,12 +84,72 @@ func TestShareGroupChargesOnceAndDeadLettersPoison(t *testing.T) {
 	}
 	accepted := acts.get("accept/success") + acts.get("accept/duplicate") + acts.get("accept/dead-lettered")
 	if accepted != total || acts.get("accept/dead-lettered") != 2 {
-		t.Fatalf("accepted %d (%d dead-lettered), want %d (2); actions %v", accepted, acts.get("accept/dead-lettered"), total, acts.byReason)
+		t.Fatalf("accepted %d (%d dead-lettered), want %d (2)", accepted, acts.get("accept/dead-lettered"), total)
 	}
 	if n := acts.get("release/retry") + acts.get("release/busy") + acts.get("release/interrupted") + acts.get("release/lock-expiring"); n != 0 {
-		t.Fatalf("%d records released; want none (actions %v)", n, acts.byReason)
+		t.Fatalf("%d records released; want none", n)
 	}
-	if acts.ackErrs != 0 || acts.ackOK == 0 {
-		t.Fatalf("broker answers: %d refused, %d applied; want 0 and some", acts.ackErrs, acts.ackOK)
+	if refused, applied := acts.answers(); refused != 0 || applied == 0 {
+		t.Fatalf("broker answers: %d refused, %d applied; want 0 and some", refused, applied)
+	}
+}
+
+// A record whose key another owner is running is held, its lock renewed well past
+// the lock duration, and accepted as a DUPLICATE once the owner completes: on its
+// first delivery, never released, its delivery count still 1.
+func TestBusyKeyIsHeldNotCycled(t *testing.T) {
+	brokers := shareCluster(t, 1, "payments", "payments.dlq")
+	startAtEarliest(t, brokers, "billing")
+	prefix := testenv.Prefix(t)
+	acts := newActions()
+	store := newStore(t, prefix, acts)
+
+	// The other owner: holds the key's claim until told to finish.
+	finish, started := make(chan struct{}), make(chan struct{})
+	owner := make(chan consumer.Result[int], 1)
+	go func() {
+		owner <- consumer.ExecuteIdempotently(context.Background(), store, "busy", []byte(`{"id":"busy","amount":7}`),
+			func(ctx context.Context) (int, error) {
+				close(started)
+				<-finish
+				return 7, nil
+			})
+	}()
+	<-started
+	produceRaw(t, brokers, &kgo.Record{Topic: "payments", Value: []byte(`{"id":"busy","amount":7}`),
+		Headers: []kgo.RecordHeader{{Key: kafkashare.DefaultKeyHeader, Value: []byte("busy")}}})
+
+	var runs atomic.Int64
+	c, err := kafkashare.NewTyped(store, shareOpts(brokers, "billing", "payments"), decodeEvent,
+		func(context.Context, event, *kgo.Record) (int, error) { runs.Add(1); return 0, nil },
+		kafkashare.WithAcquisitionMargin(500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, c)
+	// Renewals confirmed over three lock durations: the record outlived its first lock.
+	testenv.Eventually(t, 60*time.Second, "the busy record's lock renewed 9 times", func() bool {
+		return acts.get("renew/renew") >= 9
+	})
+	if n := acts.get("accept/duplicate") + acts.get("release/busy") + acts.get("release/lock-expiring"); n != 0 {
+		t.Fatalf("the busy record was acknowledged (%d) while its key was running elsewhere", n)
+	}
+	close(finish)
+	if r := <-owner; r.Outcome != consumer.Success {
+		t.Fatalf("the other owner: %v %v", r.Outcome, r.Err)
+	}
+	testenv.Eventually(t, 30*time.Second, "the busy record accepted", func() bool {
+		return unfinished(t, brokers, "billing", "payments", 1) == 0
+	})
+	acts.mu.Lock()
+	defer acts.mu.Unlock()
+	if acts.byReason["accept/duplicate"] != 1 || acts.maxCount[0] != 1 || runs.Load() != 0 {
+		t.Fatalf("accepted as duplicate %d times, highest delivery count %d, handler runs %d; want 1, 1, 0 (actions %v)",
+			acts.byReason["accept/duplicate"], acts.maxCount[0], runs.Load(), acts.byReason)
+	}
+	for reason, n := range acts.byReason {
+		if reason != "accept/duplicate" && reason != "renew/renew" {
+			t.Fatalf("unexpected acknowledgement %s x%d", reason, n)
+		}
 	}
 }
