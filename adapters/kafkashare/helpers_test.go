@@ -35,6 +35,13 @@ const lockMS = 3000
 // delivery limit of 5, and the topics created with partitions each.
 func shareCluster(t *testing.T, partitions int32, topics ...string) []string {
 	t.Helper()
+	brokers, _ := shareKfake(t, partitions, topics...)
+	return brokers
+}
+
+// shareKfake is shareCluster, with the cluster for fault injection.
+func shareKfake(t *testing.T, partitions int32, topics ...string) ([]string, *kfake.Cluster) {
+	t.Helper()
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, topics...),
 		kfake.BrokerConfigs(map[string]string{
 			"group.share.record.lock.duration.ms": strconv.Itoa(lockMS),
@@ -45,7 +52,7 @@ func shareCluster(t *testing.T, partitions int32, topics ...string) []string {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
-	return c.ListenAddrs()
+	return c.ListenAddrs(), c
 }
 
 // startAtEarliest makes group read from the start of its topics.

@@ -11,7 +11,9 @@ import (
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/internal/testenv"
 	redisstore "github.com/idemkit/idemkit/store/redis"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 func newStore(t *testing.T, prefix string, obs ...consumer.Observer) consumer.Store {
@@ -151,5 +153,50 @@ func TestBusyKeyIsHeldNotCycled(t *testing.T) {
 		if reason != "accept/duplicate" && reason != "renew/renew" {
 			t.Fatalf("unexpected acknowledgement %s x%d", reason, n)
 		}
+	}
+}
+
+// The broker refuses a batch of acknowledgements: the refusal reaches the
+// observers through kgo.ShareAckCallback (ShareAckHook), the records come back
+// when their locks run out, and the store answers their redelivery DUPLICATE:
+// every event is still charged once and everything ends acknowledged.
+func TestRefusedAcksReachObservers(t *testing.T) {
+	brokers, cluster := shareKfake(t, 1, "payments", "payments.dlq")
+	startAtEarliest(t, brokers, "billing")
+	prefix := testenv.Prefix(t)
+	book := testenv.NewLedger(testenv.Redis(t), prefix)
+	events := produce(t, brokers, "payments", 20, 0)
+	var refused atomic.Int64
+	cluster.ControlKey(int16(kmsg.ShareAcknowledge), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		if refused.Add(1) > 1 {
+			return nil, nil, false
+		}
+		cluster.KeepControl()
+		resp := req.ResponseKind().(*kmsg.ShareAcknowledgeResponse)
+		resp.ErrorCode = kerr.UnknownServerError.Code
+		return resp, nil, true
+	})
+	acts := newActions()
+	c, err := kafkashare.NewTyped(newStore(t, prefix, acts), shareOpts(brokers, "billing", "payments"), decodeEvent,
+		func(ctx context.Context, ev event, _ *kgo.Record) (int, error) {
+			_, err := book.Apply(ctx, ev.ID)
+			return ev.Amount, err
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, c)
+	testenv.Eventually(t, 60*time.Second, "every record acknowledged after the refusal", func() bool {
+		n, _ := acts.answers()
+		return n > 0 && unfinished(t, brokers, "billing", "payments", 1) == 0
+	})
+	counts, _ := book.Counts(t)
+	for _, ev := range events {
+		if counts[ev.ID] != 1 {
+			t.Errorf("event %s charged %d times, want 1", ev.ID, counts[ev.ID])
+		}
+	}
+	if n, _ := acts.answers(); n != 1 {
+		t.Fatalf("%d refused answers reached the observers, want 1 (one request, one partition)", n)
 	}
 }
