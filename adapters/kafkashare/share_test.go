@@ -166,16 +166,37 @@ func TestRefusedAcksReachObservers(t *testing.T) {
 	prefix := testenv.Prefix(t)
 	book := testenv.NewLedger(testenv.Redis(t), prefix)
 	events := produce(t, brokers, "payments", 20, 0)
+	// The first request that carries acknowledgements (a ShareAcknowledge, or a
+	// ShareFetch they ride on) is answered with an error, unapplied.
 	var refused atomic.Int64
-	cluster.ControlKey(int16(kmsg.ShareAcknowledge), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		if refused.Add(1) > 1 {
+	refuse := func(req kmsg.Request) (kmsg.Response, error, bool) {
+		cluster.KeepControl()
+		acks := false
+		switch r := req.(type) {
+		case *kmsg.ShareAcknowledgeRequest:
+			acks = true
+		case *kmsg.ShareFetchRequest:
+			for _, tp := range r.Topics {
+				for _, p := range tp.Partitions {
+					acks = acks || len(p.AcknowledgementBatches) > 0
+				}
+			}
+		}
+		if !acks || refused.Add(1) > 1 {
 			return nil, nil, false
 		}
-		cluster.KeepControl()
-		resp := req.ResponseKind().(*kmsg.ShareAcknowledgeResponse)
-		resp.ErrorCode = kerr.UnknownServerError.Code
-		return resp, nil, true
-	})
+		switch resp := req.ResponseKind().(type) {
+		case *kmsg.ShareAcknowledgeResponse:
+			resp.ErrorCode = kerr.UnknownServerError.Code
+			return resp, nil, true
+		case *kmsg.ShareFetchResponse:
+			resp.ErrorCode = kerr.UnknownServerError.Code
+			return resp, nil, true
+		}
+		return nil, nil, false
+	}
+	cluster.ControlKey(int16(kmsg.ShareAcknowledge), refuse)
+	cluster.ControlKey(int16(kmsg.ShareFetch), refuse)
 	acts := newActions()
 	c, err := kafkashare.NewTyped(newStore(t, prefix, acts), shareOpts(brokers, "billing", "payments"), decodeEvent,
 		func(ctx context.Context, ev event, _ *kgo.Record) (int, error) {
