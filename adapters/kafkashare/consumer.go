@@ -158,6 +158,14 @@ func (c *Consumer[V, T]) closeClients() {
 	}
 }
 
+// Close closes the clients of a consumer whose Run was never called (Run closes
+// them itself when it returns). It does nothing once Run was called.
+func (c *Consumer[V, T]) Close() {
+	if c.running.CompareAndSwap(false, true) {
+		c.closeClients()
+	}
+}
+
 // Clients returns the underlying kgo clients, one per member (for metrics or admin
 // calls; do not poll or acknowledge with them).
 func (c *Consumer[V, T]) Clients() []*kgo.Client { return slices.Clone(c.clients) }
@@ -169,7 +177,7 @@ func (c *Consumer[V, T]) Clients() []*kgo.Client { return slices.Clone(c.clients
 // takes a record it checks the dead-letter topics exist. Run may be called once.
 func (c *Consumer[V, T]) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
-		return errors.New("kafkashare: Run called twice")
+		return errors.New("kafkashare: Run called twice, or after Close")
 	}
 	defer c.closeClients()
 	if err := c.checkDeadLetterTopics(ctx); err != nil {
