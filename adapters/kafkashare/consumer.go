@@ -105,7 +105,12 @@ func NewTyped[V, T any](store consumer.Store, clientOpts []kgo.Opt, decode func(
 	if err := c.check(clientOpts); err != nil {
 		return nil, err
 	}
-	all := append(slices.Clip(clientOpts),
+	// A share fetch that finds nothing available (every record acquired by other
+	// members) is held by the broker for up to FetchMaxWait; kgo's 5s default
+	// would idle the member that long after the others release records. The
+	// user's own FetchMaxWait wins.
+	all := append([]kgo.Opt{kgo.FetchMaxWait(250 * time.Millisecond)}, clientOpts...)
+	all = append(all,
 		kgo.ShareMaxRecords(int32(cfg.maxPoll)), kgo.ShareMaxRecordsStrict(), kgo.ShareAckCallback(c.onAcks))
 	for range cfg.clients {
 		cl, err := kgo.NewClient(all...)

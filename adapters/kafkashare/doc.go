@@ -21,7 +21,9 @@
 // # Wiring
 //
 // Pass your kgo options (brokers, TLS, SASL, kgo.ShareGroup, kgo.ConsumeTopics) to
-// New with a store and a handler. The adapter adds kgo.ShareMaxRecords and
+// New with a store and a handler. The adapter sets kgo.FetchMaxWait to 250ms
+// unless you set it (a fetch that finds every record acquired by other members
+// waits that long), and adds kgo.ShareMaxRecords and
 // kgo.ShareMaxRecordsStrict (WithMaxPollRecords, 500) and kgo.ShareAckCallback; it
 // refuses options without kgo.ShareGroup or topics, kgo.ConsumeRegex, a dead-letter
 // topic that is also consumed, and a store on the default scope. Run refuses to
