@@ -59,3 +59,22 @@ func TestBadConfigurationIsRefused(t *testing.T) {
 		})
 	}
 }
+
+// Run refuses to take a record while a consumed topic's dead-letter topic is
+// missing, and names it.
+func TestMissingDeadLetterTopicRefusesToStart(t *testing.T) {
+	brokers := shareCluster(t, 1, "payments")
+	store, err := memory.NewStore(consumer.WithScope("payments"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := kafkashare.New(store, shareOpts(brokers, "billing", "payments"),
+		func(context.Context, *kgo.Record) (int, error) { return 0, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = c.Run(context.Background())
+	if !errors.Is(err, kafkashare.ErrNoDeadLetterTopic) || !strings.Contains(err.Error(), `"payments.dlq"`) {
+		t.Fatalf("Run: %v; want ErrNoDeadLetterTopic naming payments.dlq", err)
+	}
+}

@@ -3,6 +3,7 @@ package kafkashare_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -219,5 +220,57 @@ func TestRefusedAcksReachObservers(t *testing.T) {
 	}
 	if n, _ := acts.answers(); n != 1 {
 		t.Fatalf("%d refused answers reached the observers, want 1 (one request, one partition)", n)
+	}
+}
+
+// Two consumers (two pipelines, as two services' replicas) share one partition;
+// every event arrives three times. A key never runs in two handlers at once, and
+// every event is charged exactly once.
+func TestTwoMembersOnePartitionNeverRunAKeyTwiceAtOnce(t *testing.T) {
+	brokers := shareCluster(t, 1, "payments", "payments.dlq")
+	startAtEarliest(t, brokers, "billing")
+	prefix := testenv.Prefix(t)
+	book := testenv.NewLedger(testenv.Redis(t), prefix)
+	events := produce(t, brokers, "payments", 300, 1)
+	events2 := produce(t, brokers, "payments", 300, 0) // the same ids a third time
+	if len(events2) != len(events) {
+		t.Fatal("produce")
+	}
+	var mu sync.Mutex
+	running := map[string]int{}
+	var overlaps atomic.Int64
+	handler := func(ctx context.Context, ev event, _ *kgo.Record) (int, error) {
+		mu.Lock()
+		running[ev.ID]++
+		if running[ev.ID] > 1 {
+			overlaps.Add(1)
+		}
+		mu.Unlock()
+		time.Sleep(3 * time.Millisecond)
+		_, err := book.Apply(ctx, ev.ID)
+		mu.Lock()
+		running[ev.ID]--
+		mu.Unlock()
+		return ev.Amount, err
+	}
+	for range 2 {
+		c, err := kafkashare.NewTyped(newStore(t, prefix), shareOpts(brokers, "billing", "payments"), decodeEvent, handler,
+			kafkashare.WithMaxPollRecords(40))
+		if err != nil {
+			t.Fatal(err)
+		}
+		run(t, c)
+	}
+	testenv.Eventually(t, 120*time.Second, "every record acknowledged", func() bool {
+		return unfinished(t, brokers, "billing", "payments", 1) == 0
+	})
+	counts, _ := book.Counts(t)
+	for _, ev := range events {
+		if counts[ev.ID] != 1 {
+			t.Errorf("event %s charged %d times, want 1", ev.ID, counts[ev.ID])
+		}
+	}
+	if n := overlaps.Load(); n != 0 {
+		t.Fatalf("a key ran in two handlers at once %d times", n)
 	}
 }
