@@ -274,3 +274,45 @@ func TestTwoMembersOnePartitionNeverRunAKeyTwiceAtOnce(t *testing.T) {
 		t.Fatalf("a key ran in two handlers at once %d times", n)
 	}
 }
+
+// A record whose handler keeps failing retryably is released for redelivery
+// until its last delivery (the group's delivery limit, 5, below the store's max
+// attempts here): then it is dead-lettered (DELIVERY_LIMIT) and accepted instead
+// of released, so the broker never archives it without a copy.
+func TestLastDeliveryIsDeadLetteredNotArchived(t *testing.T) {
+	brokers := shareCluster(t, 1, "payments", "payments.dlq")
+	startAtEarliest(t, brokers, "billing")
+	prefix := testenv.Prefix(t)
+	acts := newActions()
+	store, err := redisstore.NewStore(testenv.Redis(t), consumer.WithPrefix(prefix), consumer.WithScope("payments"),
+		consumer.WithLease(time.Second), consumer.WithMaxAttempts(10), consumer.WithObserver(acts))
+	if err != nil {
+		t.Fatal(err)
+	}
+	produceRaw(t, brokers, &kgo.Record{Topic: "payments", Value: []byte(`{"id":"flaky","amount":1}`),
+		Headers: []kgo.RecordHeader{{Key: kafkashare.DefaultKeyHeader, Value: []byte("flaky")}}})
+	var runs atomic.Int64
+	c, err := kafkashare.NewTyped(store, shareOpts(brokers, "billing", "payments"), decodeEvent,
+		func(context.Context, event, *kgo.Record) (int, error) {
+			runs.Add(1)
+			return 0, errors.New("provider timeout")
+		}, kafkashare.WithBackoff(10*time.Millisecond, 20*time.Millisecond), kafkashare.WithDeliveryLimit(5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, c)
+	dls := deadLetters(t, brokers, "payments.dlq", 1)
+	testenv.Eventually(t, 30*time.Second, "the record accepted", func() bool {
+		return unfinished(t, brokers, "billing", "payments", 1) == 0
+	})
+	if len(dls) != 1 || header(dls[0], kafkashare.HeaderKind) != kafkashare.KindDeliveryLimit || header(dls[0], kafkashare.HeaderKey) != "flaky" {
+		t.Fatalf("dead letters %d, kind %q; want one DELIVERY_LIMIT copy of flaky", len(dls), header(dls[0], kafkashare.HeaderKind))
+	}
+	acts.mu.Lock()
+	defer acts.mu.Unlock()
+	if runs.Load() != 5 || acts.byReason["release/retry"] != 4 || acts.byReason["accept/dead-lettered"] != 1 ||
+		acts.maxCount[0] != 5 || acts.near != 2 {
+		t.Fatalf("runs %d, releases %d, dead-lettered %d, highest delivery count %d, near-limit warnings %d; want 5, 4, 1, 5, 2",
+			runs.Load(), acts.byReason["release/retry"], acts.byReason["accept/dead-lettered"], acts.maxCount[0], acts.near)
+	}
+}
