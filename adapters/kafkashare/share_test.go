@@ -3,6 +3,7 @@ package kafkashare_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/internal/testenv"
 	redisstore "github.com/idemkit/idemkit/store/redis"
+	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -314,5 +316,54 @@ func TestLastDeliveryIsDeadLetteredNotArchived(t *testing.T) {
 		acts.maxCount[0] != 5 || acts.near != 2 {
 		t.Fatalf("runs %d, releases %d, dead-lettered %d, highest delivery count %d, near-limit warnings %d; want 5, 4, 1, 5, 2",
 			runs.Load(), acts.byReason["release/retry"], acts.byReason["accept/dead-lettered"], acts.maxCount[0], acts.near)
+	}
+}
+
+// The store is unreachable while a record is held: the record is kept, its lock
+// renewed past two lock durations, and tried again in place, not as an attempt;
+// once the store answers it runs once and is accepted on its first delivery.
+func TestStoreOutageHoldsTheRecord(t *testing.T) {
+	brokers := shareCluster(t, 1, "payments", "payments.dlq")
+	startAtEarliest(t, brokers, "billing")
+	proxy := testenv.NewFaultProxy(t, testenv.RedisAddr(t))
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	acts := newActions()
+	store, err := redisstore.NewStore(rdb, consumer.WithPrefix(testenv.Prefix(t)), consumer.WithScope("payments"),
+		consumer.WithLease(time.Second), consumer.WithCallTimeout(300*time.Millisecond), consumer.WithObserver(acts))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int64
+	c, err := kafkashare.NewTyped(store, shareOpts(brokers, "billing", "payments"), decodeEvent,
+		func(context.Context, event, *kgo.Record) (int, error) { runs.Add(1); return 1, nil },
+		kafkashare.WithBackoff(50*time.Millisecond, 200*time.Millisecond), kafkashare.WithAcquisitionMargin(500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy.Blackhole()
+	run(t, c)
+	produceRaw(t, brokers, &kgo.Record{Topic: "payments", Value: []byte(`{"id":"held","amount":1}`),
+		Headers: []kgo.RecordHeader{{Key: kafkashare.DefaultKeyHeader, Value: []byte("held")}}})
+	testenv.Eventually(t, 60*time.Second, "the held record's lock renewed 7 times while the store is down", func() bool {
+		return acts.get("renew/renew") >= 7
+	})
+	if runs.Load() != 0 {
+		t.Fatalf("the handler ran %d times without the store", runs.Load())
+	}
+	proxy.Pass()
+	testenv.Eventually(t, 60*time.Second, "the record accepted once the store answers", func() bool {
+		return unfinished(t, brokers, "billing", "payments", 1) == 0
+	})
+	acts.mu.Lock()
+	defer acts.mu.Unlock()
+	if runs.Load() != 1 || acts.byReason["accept/success"] != 1 || acts.maxCount[0] != 1 {
+		t.Fatalf("runs %d, accepted %d, highest delivery count %d; want 1, 1, 1 (actions %v)",
+			runs.Load(), acts.byReason["accept/success"], acts.maxCount[0], acts.byReason)
+	}
+	for reason := range acts.byReason {
+		if strings.HasPrefix(reason, "release/") {
+			t.Fatalf("the record was released (%s) during the outage", reason)
+		}
 	}
 }
