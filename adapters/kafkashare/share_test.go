@@ -312,10 +312,14 @@ func TestLastDeliveryIsDeadLetteredNotArchived(t *testing.T) {
 	}
 	acts.mu.Lock()
 	defer acts.mu.Unlock()
-	if runs.Load() != 5 || acts.byReason["release/retry"] != 4 || acts.byReason["accept/dead-lettered"] != 1 ||
-		acts.maxCount[0] != 5 || acts.near != 2 {
-		t.Fatalf("runs %d, releases %d, dead-lettered %d, highest delivery count %d, near-limit warnings %d; want 5, 4, 1, 5, 2",
-			runs.Load(), acts.byReason["release/retry"], acts.byReason["accept/dead-lettered"], acts.maxCount[0], acts.near)
+	// Every delivery that reached the handler but the last was released; the broker
+	// may count a delivery the client never handed over (seen about once in eight
+	// runs on kfake), so the runs are 5 or fewer, never more.
+	releases := acts.byReason["release/retry"]
+	if runs.Load() != int64(releases)+1 || runs.Load() > 5 || acts.byReason["accept/dead-lettered"] != 1 ||
+		acts.maxCount[0] != 5 || acts.near < 1 || len(acts.byReason) != 2 {
+		t.Fatalf("runs %d, releases %d, dead-lettered %d, highest delivery count %d, near-limit warnings %d; want releases+1 (at most 5), 1, 5, >= 1 (acknowledgements %v)",
+			runs.Load(), releases, acts.byReason["accept/dead-lettered"], acts.maxCount[0], acts.near, acts.byReason)
 	}
 }
 
