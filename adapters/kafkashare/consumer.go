@@ -102,9 +102,6 @@ func NewTyped[V, T any](store consumer.Store, clientOpts []kgo.Opt, decode func(
 	}
 	c := &Consumer[V, T]{store: store, s: s, decode: decode, handle: handler, cfg: cfg, log: log,
 		stop: make(chan struct{}), ackErr: make(map[topicPartition]time.Time)}
-	if err := c.check(clientOpts); err != nil {
-		return nil, err
-	}
 	// A share fetch that finds nothing available (every record acquired by other
 	// members) is held by the broker for up to FetchMaxWait; kgo's 5s default
 	// would idle the member that long after the others release records. The
@@ -112,25 +109,27 @@ func NewTyped[V, T any](store consumer.Store, clientOpts []kgo.Opt, decode func(
 	all := append([]kgo.Opt{kgo.FetchMaxWait(250 * time.Millisecond)}, clientOpts...)
 	all = append(all,
 		kgo.ShareMaxRecords(int32(cfg.maxPoll)), kgo.ShareMaxRecordsStrict(), kgo.ShareAckCallback(c.onAcks))
-	for range cfg.clients {
+	for i := range cfg.clients {
 		cl, err := kgo.NewClient(all...)
 		if err != nil {
 			c.closeClients()
-			return nil, configError("the kgo options do not make a client with the adapter's: %v", err)
+			return nil, diagnose(clientOpts, err)
 		}
 		c.clients = append(c.clients, cl)
+		if i == 0 {
+			// Checked on the first client, before any other joins the group.
+			if err := c.check(cl); err != nil {
+				c.closeClients()
+				return nil, err
+			}
+		}
 	}
 	return c, nil
 }
 
-// check reads the group and topics from the user's options, without the
-// adapter's, and refuses what the adapter cannot run.
-func (c *Consumer[V, T]) check(clientOpts []kgo.Opt) error {
-	probe, err := kgo.NewClient(slices.Clip(clientOpts)...)
-	if err != nil {
-		return configError("the kgo options do not make a client: %v", err)
-	}
-	defer probe.Close()
+// check reads the group and topics from a client's options and refuses what the
+// adapter cannot run.
+func (c *Consumer[V, T]) check(probe *kgo.Client) error {
 	c.group, _ = probe.OptValue(kgo.ShareGroup).(string)
 	c.topics, _ = probe.OptValue(kgo.ConsumeTopics).([]string)
 	regex, _ := probe.OptValue(kgo.ConsumeRegex).(bool)
@@ -150,6 +149,19 @@ func (c *Consumer[V, T]) check(clientOpts []kgo.Opt) error {
 		}
 	}
 	return nil
+}
+
+// diagnose explains why the user's options plus the adapter's made no client.
+func diagnose(clientOpts []kgo.Opt, err error) error {
+	probe, perr := kgo.NewClient(clientOpts...)
+	if perr != nil {
+		return configError("the kgo options do not make a client: %v", perr)
+	}
+	defer probe.Close()
+	if group, _ := probe.OptValue(kgo.ShareGroup).(string); group == "" {
+		return configError("no share group: add kgo.ShareGroup(name) (for a classic consumer group use adapters/kafka)")
+	}
+	return configError("the kgo options do not make a client with the adapter's: %v", err)
 }
 
 func isNilPointer(v any) bool {

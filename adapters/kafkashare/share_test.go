@@ -3,6 +3,7 @@ package kafkashare_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -200,6 +201,12 @@ func TestRefusedAcksReachObservers(t *testing.T) {
 	}
 	cluster.ControlKey(int16(kmsg.ShareAcknowledge), refuse)
 	cluster.ControlKey(int16(kmsg.ShareFetch), refuse)
+	var last string
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(last)
+		}
+	})
 	acts := newActions()
 	c, err := kafkashare.NewTyped(newStore(t, prefix, acts), shareOpts(brokers, "billing", "payments"), decodeEvent,
 		func(ctx context.Context, ev event, _ *kgo.Record) (int, error) {
@@ -211,7 +218,10 @@ func TestRefusedAcksReachObservers(t *testing.T) {
 	}
 	run(t, c)
 	testenv.Eventually(t, 60*time.Second, "every record acknowledged after the refusal", func() bool {
-		n, _ := acts.answers()
+		n, ok := acts.answers()
+		acts.mu.Lock()
+		last = fmt.Sprintf("refused %d, applied %d, refusals injected %d, acknowledgements %v", n, ok, refused.Load(), acts.byReason)
+		acts.mu.Unlock()
 		return n > 0 && unfinished(t, brokers, "billing", "payments", 1) == 0
 	})
 	counts, _ := book.Counts(t)
