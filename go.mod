@@ -1,6 +1,6 @@
 module github.com/idemkit/idemkit
 
-// The lowest Go the dependencies allow: go-redis v9.23.0, franz-go v1.22.2 and
+// The lowest Go the dependencies allow: go-redis v9.23.0, franz-go v1.22.3 and
 // golang.org/x/{sync,sys,text} declare go 1.26.0, so any Go 1.26 release builds
 // idemkit. Go orders "1.26" before "1.26.0", so the shorter form is not tidy here.
 go 1.26.0
@@ -16,10 +16,10 @@ require (
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/rabbitmq/amqp091-go v1.16.0
 	github.com/redis/go-redis/v9 v9.23.0
-	github.com/twmb/franz-go v1.22.2
+	github.com/twmb/franz-go v1.22.3
 	github.com/twmb/franz-go/pkg/kadm v1.19.0
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
-	github.com/twmb/franz-go/pkg/kmsg v1.15.0
+	github.com/twmb/franz-go/pkg/kmsg v1.15.1
 	go.uber.org/goleak v1.3.0
 )
 

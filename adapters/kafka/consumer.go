@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"maps"
 	"reflect"
 	"regexp"
 	"slices"
@@ -160,8 +159,7 @@ func NewTyped[V, T any](store consumer.Store, clientOpts []kgo.Opt, decode func(
 // attach reads what the consumer needs from its client's options and refuses
 // topics it cannot consume.
 func (c *Consumer[V, T]) attach(cl *kgo.Client) error {
-	topicSet, _ := cl.OptValue(kgo.ConsumeTopics).(map[string]*regexp.Regexp)
-	topics := slices.Sorted(maps.Keys(topicSet))
+	topics, _ := cl.OptValue(kgo.ConsumeTopics).([]string) // sorted, since franz-go v1.22.3
 	regex, _ := cl.OptValue(kgo.ConsumeRegex).(bool)
 	if len(topics) == 0 {
 		return configError("no topics: add kgo.ConsumeTopics(...)")
@@ -181,8 +179,10 @@ func (c *Consumer[V, T]) attach(cl *kgo.Client) error {
 	c.cl, c.topics, c.regex = cl, topics, regex
 	c.autoCreate, _ = cl.OptValue(kgo.AllowAutoTopicCreation).(bool)
 	if regex {
-		for _, re := range topicSet {
-			c.patterns = append(c.patterns, re)
+		for _, x := range topics {
+			if re, err := regexp.Compile(x); err == nil { // kgo compiled it already
+				c.patterns = append(c.patterns, re)
+			}
 		}
 		excludes, _ := cl.OptValue(kgo.ConsumeExcludeTopics).([]string)
 		for _, x := range excludes {

@@ -3,10 +3,10 @@ package kafka
 import (
 	"context"
 	"errors"
-	"strconv"
 	"time"
 
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/internal/kafkadl"
 	"github.com/idemkit/idemkit/internal/retry"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -74,35 +74,11 @@ func tooLarge(err error) bool {
 }
 
 // deadLetterCopy is r's copy for topic: its key, value and headers (none of them
-// when bodyLess), plus the idemkit headers, with the trace context of the delivery.
+// when bodyLess), plus the idemkit headers (the same as the share-group adapter's),
+// with the trace context of the delivery.
 func (c *Consumer[V, T]) deadLetterCopy(r *record[V], topic, kind string, attempts int, o consumer.Outcome, text string, bodyLess bool) *kgo.Record {
-	rec := r.rec
-	out := &kgo.Record{Topic: topic, Key: rec.Key}
-	if !bodyLess {
-		out.Value = rec.Value
-		out.Headers = append(out.Headers, rec.Headers...)
-	}
-	out.Headers = append(out.Headers,
-		kgo.RecordHeader{Key: HeaderOriginalTopic, Value: []byte(rec.Topic)},
-		kgo.RecordHeader{Key: HeaderOriginalPartition, Value: []byte(strconv.Itoa(int(rec.Partition)))},
-		kgo.RecordHeader{Key: HeaderOriginalOffset, Value: []byte(strconv.FormatInt(rec.Offset, 10))},
-		kgo.RecordHeader{Key: HeaderKey, Value: []byte(r.key)},
-		kgo.RecordHeader{Key: HeaderAttempts, Value: []byte(strconv.Itoa(attempts))},
-		kgo.RecordHeader{Key: HeaderOutcome, Value: []byte(o.String())},
-		kgo.RecordHeader{Key: HeaderKind, Value: []byte(kind)},
-		kgo.RecordHeader{Key: HeaderError, Value: []byte(text)},
-	)
-	if bodyLess {
-		out.Headers = append(out.Headers, kgo.RecordHeader{Key: HeaderBodyLess, Value: []byte("true")})
-	}
-	c.injectTrace(messageContext(context.Background(), rec), func(k, v string) {
-		for i, h := range out.Headers {
-			if h.Key == k {
-				out.Headers[i].Value = []byte(v)
-				return
-			}
-		}
-		out.Headers = append(out.Headers, kgo.RecordHeader{Key: k, Value: []byte(v)})
-	})
+	out := kafkadl.Record(r.rec, kafkadl.Copy{Topic: topic, Key: string(r.key), Attempts: attempts,
+		Outcome: o.String(), Kind: kind, Text: text, BodyLess: bodyLess})
+	c.injectTrace(messageContext(context.Background(), r.rec), func(k, v string) { kafkadl.SetHeader(out, k, v) })
 	return out
 }

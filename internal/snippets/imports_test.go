@@ -18,6 +18,7 @@ var imports = map[string]string{
 	"pgxpool":     "github.com/jackc/pgx/v5/pgxpool",
 	"consumer":    "github.com/idemkit/idemkit/consumer",
 	"kafka":       "github.com/idemkit/idemkit/adapters/kafka",
+	"kafkashare":  "github.com/idemkit/idemkit/adapters/kafkashare",
 	"amqp":        "github.com/idemkit/idemkit/adapters/amqp",
 	"nethttp":     "github.com/idemkit/idemkit/adapters/nethttp",
 	"lock":        "github.com/idemkit/idemkit/lock",

@@ -1,0 +1,110 @@
+package kafkashare
+
+import (
+	"context"
+
+	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/internal/kafkadl"
+	"github.com/idemkit/idemkit/internal/observe"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Source names the adapter in the events it and the engine report
+// (OutcomeEvent.Source, HandlerEvent.Source, DeadLetterEvent.Source...).
+const Source = "kafka-share"
+
+// The adapter's own hooks. Install them like the core's, with
+// consumer.WithObserver on the store: the one registry of idemkit's events. An
+// observer implements any of them.
+
+// ShareActionHook is told of every acknowledgement the adapter gives a record:
+// ACCEPT, RELEASE, REJECT, and each RENEW round of the records it holds.
+type ShareActionHook interface{ OnShareAction(ShareActionEvent) }
+
+// ShareAckHook is told of the broker's answer to the member's acknowledgements,
+// per partition, as kgo.ShareAckCallback reports them: Err set when the broker
+// refused them or they could not be delivered (their records are then
+// redelivered once their acquisition locks run out).
+type ShareAckHook interface{ OnShareAck(ShareAckEvent) }
+
+// DeliveryLimitHook is told of every record delivered for the last time or the
+// one before (its DeliveryCount at WithDeliveryLimit or one below): a record
+// cycling towards the broker's archive. The adapter logs a warning too.
+type DeliveryLimitHook interface{ OnDeliveryLimitNear(ShareActionEvent) }
+
+// ShareActionEvent describes one acknowledgement of one record.
+type ShareActionEvent struct {
+	Source string
+	Scope  string
+	Key    consumer.Key // "" when the record had no usable key
+	consumer.Origin
+	// DeliveryCount is the broker's delivery count of the record: 1 on its first
+	// delivery, one more for every release or lock expiry.
+	DeliveryCount int32
+	Limit         int32         // WithDeliveryLimit
+	Status        kgo.AckStatus // accept, release, reject or renew
+	// Reason says why: "success", "duplicate", "dead-lettered", "broker-dead-letter",
+	// "busy", "retry", "interrupted", "lock-expiring", "shutdown", "renew".
+	Reason string
+}
+
+// ShareAckEvent is the broker's answer for one partition's acknowledgements.
+type ShareAckEvent struct {
+	Source          string
+	Scope           string
+	consumer.Origin       // Topic and Partition
+	Err             error // nil: the broker applied them
+}
+
+type deliveryKey struct{}
+
+// DeliveryCount returns, inside a handler, the broker's delivery count of the
+// record it runs for: 1 on the first delivery. ok is false outside a handler of
+// this adapter.
+func DeliveryCount(ctx context.Context) (n int32, ok bool) {
+	n, ok = ctx.Value(deliveryKey{}).(int32)
+	return n, ok
+}
+
+// origin is rec's origin on the events.
+func origin(rec *kgo.Record) consumer.Origin {
+	return consumer.Origin{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset}
+}
+
+// recordContext returns ctx holding rec's headers, origin and delivery count, for
+// the engine's events, tracers and the handler.
+func recordContext(ctx context.Context, rec *kgo.Record) context.Context {
+	ctx = context.WithValue(ctx, deliveryKey{}, rec.DeliveryCount())
+	return observe.WithMessage(ctx, &observe.Message{Headers: kafkadl.Headers(rec.Headers), Origin: observe.Origin(origin(rec))})
+}
+
+func (c *Consumer[V, T]) reportAction(h *held[V], status kgo.AckStatus, reason string) {
+	e := ShareActionEvent{Source: Source, Scope: c.s.Scope, Key: h.key, Origin: origin(h.rec),
+		DeliveryCount: h.count, Limit: c.cfg.deliveryLimit, Status: status, Reason: reason}
+	observe.Each(c.s.Observers, func(x ShareActionHook) { x.OnShareAction(e) })
+}
+
+func (c *Consumer[V, T]) reportNearLimit(h *held[V]) {
+	e := ShareActionEvent{Source: Source, Scope: c.s.Scope, Key: h.key, Origin: origin(h.rec),
+		DeliveryCount: h.count, Limit: c.cfg.deliveryLimit}
+	observe.Each(c.s.Observers, func(x DeliveryLimitHook) { x.OnDeliveryLimitNear(e) })
+}
+
+func (c *Consumer[V, T]) reportShareAck(r kgo.ShareAckResult) {
+	e := ShareAckEvent{Source: Source, Scope: c.s.Scope, Origin: consumer.Origin{Topic: r.Topic, Partition: r.Partition}, Err: r.Err}
+	observe.Each(c.s.Observers, func(x ShareAckHook) { x.OnShareAck(e) })
+}
+
+func (c *Consumer[V, T]) reportDeadLetter(e consumer.DeadLetterEvent) {
+	e.Source, e.Scope = Source, c.s.Scope
+	observe.Each(c.s.Observers, func(x consumer.DeadLetterHook) { x.OnDeadLetter(e) })
+}
+
+func (c *Consumer[V, T]) reportRetry(e consumer.RetryEvent) {
+	e.Source, e.Scope = Source, c.s.Scope
+	observe.Each(c.s.Observers, func(x consumer.RetryHook) { x.OnRetry(e) })
+}
+
+func (c *Consumer[V, T]) injectTrace(ctx context.Context, set func(key, value string)) {
+	observe.Each(c.s.Observers, func(x consumer.TraceHook) { x.Inject(ctx, set) })
+}

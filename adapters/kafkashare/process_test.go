@@ -1,0 +1,225 @@
+package kafkashare_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idemkit/adapters/kafkashare"
+	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/internal/testenv"
+	redisstore "github.com/idemkit/idemkit/store/redis"
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Environment of a member process (this test binary run again by a test).
+const (
+	envMember  = "IDEMKIT_TEST_SHARE_MEMBER" // the member's name
+	envBrokers = "IDEMKIT_TEST_SHARE_BROKERS"
+	envRedis   = "IDEMKIT_TEST_REDIS"
+	envPrefix  = "IDEMKIT_TEST_PREFIX"
+	envTrap    = "IDEMKIT_TEST_TRAP" // effects after which the member's handlers block before their effect
+)
+
+func statsKey(prefix, member string) string { return "{" + prefix + "}:share-stats:" + member }
+
+// helperMain runs this test binary as a share-group member when a test asked for
+// one; it reports whether it did.
+func helperMain() bool {
+	name := os.Getenv(envMember)
+	if name == "" {
+		return false
+	}
+	if err := runMember(name); err != nil {
+		fmt.Fprintln(os.Stderr, "member:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+	return true
+}
+
+// memberStats counts, in Redis, what a member process saw.
+type memberStats struct {
+	rdb       *redis.Client
+	key       string
+	succeeded *atomic.Int64 // executions settled SUCCESS: charged and recorded completed
+}
+
+func (s memberStats) incr(field string) { s.rdb.HIncrBy(context.Background(), s.key, field, 1) }
+
+func (s memberStats) OnShareAction(e kafkashare.ShareActionEvent) {
+	if e.Status != kgo.AckRenew {
+		s.incr("ack:" + e.Status.String() + "/" + e.Reason)
+	}
+	s.rdb.Eval(context.Background(), `if tonumber(redis.call('HGET', KEYS[1], 'max_count') or '0') < tonumber(ARGV[1]) then
+  redis.call('HSET', KEYS[1], 'max_count', ARGV[1]) end`, []string{s.key}, e.DeliveryCount)
+}
+
+func (s memberStats) OnShareAck(e kafkashare.ShareAckEvent) {
+	if e.Err != nil {
+		s.incr("ack_refused")
+	}
+}
+
+func (s memberStats) OnDeliveryLimitNear(kafkashare.ShareActionEvent) { s.incr("near_limit") }
+
+func (s memberStats) OnOutcome(e consumer.OutcomeEvent) {
+	switch e.Outcome {
+	case consumer.InProgress:
+		s.incr("in_progress")
+	case consumer.Success:
+		s.succeeded.Add(1)
+	}
+}
+
+func runMember(name string) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv(envRedis)})
+	defer rdb.Close()
+	prefix := os.Getenv(envPrefix)
+	stats := memberStats{rdb: rdb, key: statsKey(prefix, name), succeeded: new(atomic.Int64)}
+	trap, _ := strconv.ParseInt(os.Getenv(envTrap), 10, 64)
+	var charged atomic.Int64
+	var freeze sync.Once
+	book := testenv.NewLedger(rdb, prefix)
+	store, err := redisstore.NewStore(rdb, consumer.WithPrefix(prefix), consumer.WithScope("payments"),
+		consumer.WithLease(time.Second), consumer.WithObserver(stats))
+	if err != nil {
+		return err
+	}
+	c, err := kafkashare.NewTyped(store, shareOpts(strings.Split(os.Getenv(envBrokers), ","), "billing", "payments"),
+		decodeEvent, func(ctx context.Context, ev event, _ *kgo.Record) (int, error) {
+			if trap > 0 && charged.Load() >= trap {
+				// Frozen before the effect, holding the claim: once every effect
+				// made is recorded completed, tell the test, which kills or stops
+				// this process with no effect between its write and its completion.
+				freeze.Do(func() {
+					go func() {
+						for stats.succeeded.Load() < charged.Load() {
+							time.Sleep(2 * time.Millisecond)
+						}
+						rdb.Set(context.Background(), frozenKey(prefix, name), "1", 0)
+					}()
+				})
+				<-ctx.Done()
+				return 0, ctx.Err()
+			}
+			time.Sleep(2 * time.Millisecond) // the payment provider
+			if _, err := book.Apply(ctx, ev.ID); err != nil {
+				return 0, err
+			}
+			charged.Add(1)
+			stats.incr("effects")
+			return ev.Amount, nil
+		}, kafkashare.WithMaxPollRecords(50), kafkashare.WithConcurrency(32),
+		kafkashare.WithAcquisitionMargin(500*time.Millisecond), kafkashare.WithBusyHold(5*time.Minute))
+	if err != nil {
+		return err
+	}
+	return c.Run(ctx)
+}
+
+func frozenKey(prefix, member string) string { return "{" + prefix + "}:frozen:" + member }
+
+func stats(t *testing.T, rdb *redis.Client, prefix, member string) map[string]int {
+	t.Helper()
+	all, err := rdb.HGetAll(context.Background(), statsKey(prefix, member)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for k, v := range all {
+		out[k], _ = strconv.Atoi(v)
+	}
+	return out
+}
+
+// Three member processes share two partitions; one is killed (SIGKILL) and one
+// stopped (SIGSTOP) past the acquisition lock while they hold records. The
+// survivor finishes everything while the stopped member is still stopped (so the
+// stopped member's locks ran out and its records came back), every event is
+// charged exactly once, nothing is left acquired, no record neared its delivery
+// limit (none archived), a busy key was never released, and the resumed member
+// cancels the handlers it held past their locks and releases their records
+// (uncounted attempts; the broker has given them to the survivor already).
+func TestShareMembersKilledAndStopped(t *testing.T) {
+	n := 10000
+	if testing.Short() {
+		n = 2000 // the full run takes about a minute under -race on a busy 2-core machine
+	}
+	brokers := shareCluster(t, 2, "payments", "payments.dlq")
+	startAtEarliest(t, brokers, "billing")
+	rdb := testenv.Redis(t)
+	prefix := testenv.Prefix(t)
+	book := testenv.NewLedger(rdb, prefix)
+	events := produce(t, brokers, "payments", n, 0.2)
+	member := func(name string, trap int) *os.Process {
+		return testenv.StartSelf(t, envMember+"="+name, envBrokers+"="+strings.Join(brokers, ","),
+			envRedis+"="+testenv.RedisAddr(t), envPrefix+"="+prefix, envTrap+"="+strconv.Itoa(trap)).Process
+	}
+	killed, stopped, survivor := member("killed", n/40), member("stopped", n/40), member("survivor", 0)
+	testenv.Eventually(t, 120*time.Second, "the two doomed members to freeze mid-run, holding claimed records", func() bool {
+		return rdb.Exists(context.Background(), frozenKey(prefix, "killed"), frozenKey(prefix, "stopped")).Val() == 2
+	})
+	if err := killed.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := stopped.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stoppedAt := time.Now()
+	testenv.Eventually(t, 180*time.Second, "the survivor to finish every record while the stopped member sleeps", func() bool {
+		return unfinished(t, brokers, "billing", "payments", 2) == 0
+	})
+	t.Logf("every record finished %v after the stop", time.Since(stoppedAt))
+	if err := stopped.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 60*time.Second, "the resumed member to give back the records it held", func() bool {
+		return stats(t, rdb, prefix, "stopped")["ack:release/interrupted"] > 0
+	})
+	for _, p := range []*os.Process{stopped, survivor} {
+		_ = p.Signal(syscall.SIGTERM)
+	}
+	if left := unfinished(t, brokers, "billing", "payments", 2); left != 0 {
+		t.Fatalf("%d records unfinished after the members ended", left)
+	}
+	counts, stale := book.Counts(t)
+	for _, ev := range events {
+		if counts[ev.ID] != 1 {
+			t.Errorf("event %s charged %d times, want 1", ev.ID, counts[ev.ID])
+		}
+	}
+	all := map[string]int{}
+	maxCount := 0
+	for _, m := range []string{"killed", "stopped", "survivor"} {
+		s := stats(t, rdb, prefix, m)
+		t.Logf("%s: %v", m, s)
+		for k, v := range s {
+			if k == "max_count" {
+				maxCount = max(maxCount, v)
+				continue
+			}
+			all[k] += v
+		}
+	}
+	if all["ack:release/busy"] != 0 || all["near_limit"] != 0 || maxCount >= 4 {
+		t.Fatalf("busy releases %d, records near the delivery limit %d, highest delivery count %d; want 0, 0, < 4",
+			all["ack:release/busy"], all["near_limit"], maxCount)
+	}
+	if all["ack:accept/dead-lettered"] != 0 || all["ack:reject/broker-dead-letter"] != 0 {
+		t.Fatalf("records dead-lettered or rejected: %v", all)
+	}
+	t.Logf("%d events (+%d duplicates): %d stale writes refused, %d IN_PROGRESS answers, %d refused acks, highest delivery count %d",
+		n, n/5, stale, all["in_progress"], all["ack_refused"], maxCount)
+}
