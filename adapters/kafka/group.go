@@ -100,7 +100,7 @@ func (c *Consumer[V, T]) detach(parts map[string][]int32) []*partition {
 	for topic, ps := range parts {
 		for _, n := range ps {
 			if p := c.parts[topicPartition{topic, n}]; p != nil {
-				p.gone = true
+				p.gone.Store(true)
 				out = append(out, p)
 			}
 		}
@@ -109,7 +109,7 @@ func (c *Consumer[V, T]) detach(parts map[string][]int32) []*partition {
 	var dropped []*record[V]
 	kept := c.queue[:0]
 	for _, r := range c.queue {
-		if r.p.gone {
+		if r.p.gone.Load() {
 			dropped = append(dropped, r)
 		} else {
 			kept = append(kept, r)
@@ -161,7 +161,7 @@ func (c *Consumer[V, T]) commit(ctx context.Context, only []*partition) {
 	c.mu.Lock()
 	if only == nil {
 		for _, p := range c.parts {
-			if !p.gone {
+			if !p.gone.Load() {
 				only = append(only, p)
 			}
 		}
