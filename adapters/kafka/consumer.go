@@ -51,9 +51,9 @@ type Consumer[V, T any] struct {
 
 	mu       sync.Mutex
 	parts    map[topicPartition]*partition
-	queue    []*record[V]                        // records whose turn has come, to submit in order
-	lanes    ordering.Lanes[laneKey, *record[V]] // records waiting for their lane
-	open     int                                 // records taken and not finished
+	queue    []*record[V]                       // records whose turn has come, to submit in order
+	lanes    ordering.Lanes[uint64, *record[V]] // records waiting for their lane
+	open     int                                // records taken and not finished
 	roomWait chan struct{}
 	dlqOK    map[string]bool                  // consumed topics whose dead-letter topic exists
 	stopped  map[string]*DeadLetterTopicError // consumed topics paused for their dead-letter topic
@@ -76,6 +76,7 @@ type partition struct {
 	done   int64 // the offset committed last; -1 before any
 	hw     int64 // the high watermark seen last
 	paused bool
+	lane   uint64        // its records' lane in ByPartition
 	gone   atomic.Bool   // revoked or lost: its records are dropped as they come back; set under mu
 	lost   bool          // lost: another member may own it; it is never committed again
 	empty  chan struct{} // closed when open reaches 0 after gone

@@ -3,6 +3,7 @@ package kafka
 import (
 	"context"
 	"fmt"
+	"hash/maphash"
 	"time"
 
 	"github.com/idemkit/idemkit/consumer"
@@ -18,7 +19,8 @@ func (c *Consumer[V, T]) partitionOf(topic string, part int32) *partition {
 	p := c.parts[tp]
 	if p == nil {
 		ctx, cancel := context.WithCancel(context.Background())
-		p = &partition{topicPartition: tp, ctx: ctx, cancel: cancel, next: -1, done: -1, empty: make(chan struct{})}
+		p = &partition{topicPartition: tp, ctx: ctx, cancel: cancel, next: -1, done: -1, empty: make(chan struct{}),
+			lane: maphash.Comparable(c.seed, tp)}
 		c.parts[tp] = p
 	}
 	return p

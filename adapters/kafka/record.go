@@ -43,11 +43,12 @@ type record[V any] struct {
 	key             consumer.Key
 	keyed           bool // key is the record's key header
 	v               V
-	bad             error   // why it cannot run (ErrUndecodable, ErrNoKey): it is dead-lettered
-	lane            laneKey // records of one lane run one at a time, in the order taken
-	msg             observe.Message
-	retries         int // handler failures retried
-	outages         int // store outages retried (not attempts)
+	bad             error           // why it cannot run (ErrUndecodable, ErrNoKey): it is dead-lettered
+	ordered         bool            // it has a lane: records of one lane run one at a time, in the order taken
+	lane            uint64          // its lane's name: see laneOf
+	msg             observe.Message // its headers and origin, for the engine's events and tracers
+	retries         int             // handler failures retried
+	outages         int             // store outages retried (not attempts)
 }
 
 // recordKey is the context key under which a record's context answers itself.
@@ -60,26 +61,6 @@ func (r *record[V]) Value(key any) any {
 		return r
 	}
 	return r.Context.Value(key)
-}
-
-// laneKind says what a record's lane is named after.
-type laneKind uint8
-
-const (
-	laneNone      laneKind = iota // a lane of its own: the record waits for no other
-	lanePartition                 // ByPartition: its topic and partition
-	laneRecordKey                 // ByKey: its Kafka record key
-	laneIdemKey                   // ByKey without a record key: its idempotency key
-)
-
-// laneKey names a lane without building a string per record. Keys are named by
-// their hash (maphash, seeded per consumer): two keys whose hashes collide share a
-// lane, which orders them one after the other and breaks nothing.
-type laneKey struct {
-	kind  laneKind
-	part  int32
-	topic string
-	hash  uint64
 }
 
 // take accepts a partition's fetched records: they are counted open, their
@@ -125,7 +106,7 @@ func (c *Consumer[V, T]) take(fp kgo.FetchTopicPartition) {
 	}
 	c.mu.Lock()
 	for i := range rs {
-		if r := &rs[i]; r.lane.kind == laneNone || c.lanes.Push(r.lane, r) {
+		if r := &rs[i]; !r.ordered || c.lanes.Push(r.lane, r) {
 			c.queue = append(c.queue, r)
 		}
 	}
@@ -193,15 +174,7 @@ func (c *Consumer[V, T]) prepare(r *record[V]) {
 	if r.bad == nil && err != nil {
 		r.bad = fmt.Errorf("%w: %v", ErrNoKey, err)
 	}
-	switch {
-	case c.cfg.ordering == ByPartition:
-		r.lane = laneKey{kind: lanePartition, topic: rec.Topic, part: rec.Partition}
-	case c.cfg.ordering == ByKey && len(rec.Key) > 0:
-		r.lane = laneKey{kind: laneRecordKey, hash: maphash.Bytes(c.seed, rec.Key)}
-	case c.cfg.ordering == ByKey && r.bad == nil:
-		r.lane = laneKey{kind: laneIdemKey, hash: maphash.String(c.seed, string(r.key))}
-	default: // a lane of its own
-	}
+	r.ordered, r.lane = c.laneOf(r)
 	r.msg = observe.Message{Headers: (*recordHeaders)(rec), Origin: observe.Origin(origin(rec))}
 }
 
@@ -209,6 +182,23 @@ func (c *Consumer[V, T]) prepare(r *record[V]) {
 // consumer group and the record's coordinates.
 func (c *Consumer[V, T]) coordinatesKey(rec *kgo.Record) consumer.Key {
 	return consumer.NewKey(coordinatesNS, c.group, rec.Topic, strconv.Itoa(int(rec.Partition)), strconv.FormatInt(rec.Offset, 10))
+}
+
+// laneOf names r's lane, if it has one. Lanes are named by a hash (maphash,
+// seeded per consumer): of the Kafka record key, or without one of the
+// idempotency key, in ByKey; of the topic and partition in ByPartition (kept on
+// the partition). Two keys whose hashes collide share a lane, which runs them one
+// after the other and breaks nothing.
+func (c *Consumer[V, T]) laneOf(r *record[V]) (ordered bool, lane uint64) {
+	switch {
+	case c.cfg.ordering == ByPartition:
+		return true, r.p.lane
+	case c.cfg.ordering == ByKey && len(r.rec.Key) > 0:
+		return true, maphash.Bytes(c.seed, r.rec.Key)
+	case c.cfg.ordering == ByKey && r.bad == nil:
+		return true, maphash.String(c.seed, string(r.key))
+	}
+	return false, 0 // a lane of its own
 }
 
 // wakeStarter tells the starter that records were queued.
@@ -286,10 +276,8 @@ func (c *Consumer[V, T]) isGone(p *partition) bool { return p.gone.Load() }
 // done maps a result to its action (consumer.ActionFor). It runs on the engine's
 // goroutines: anything that waits goes to a goroutine or a timer of its own.
 func (c *Consumer[V, T]) done(r *record[V], res consumer.Result[T]) {
-	var pe *consumer.PanicError
-	if res.Err != nil && errors.As(res.Err, &pe) {
-		c.log.Error("kafka: handler panicked", "topic", r.rec.Topic, "partition", r.rec.Partition,
-			"offset", r.rec.Offset, "panic", fmt.Sprint(pe.Value), "stack", string(pe.Stack))
+	if res.Err != nil {
+		c.logPanic(r, res.Err)
 	}
 	switch res.Action() {
 	case consumer.Ack:
@@ -316,6 +304,15 @@ func (c *Consumer[V, T]) done(r *record[V], res consumer.Result[T]) {
 	}
 }
 
+// logPanic logs the panic err carries, if any, with its stack.
+func (c *Consumer[V, T]) logPanic(r *record[V], err error) {
+	var pe *consumer.PanicError
+	if errors.As(err, &pe) {
+		c.log.Error("kafka: handler panicked", "topic", r.rec.Topic, "partition", r.rec.Partition,
+			"offset", r.rec.Offset, "panic", fmt.Sprint(pe.Value), "stack", string(pe.Stack))
+	}
+}
+
 // later starts r again after d; it keeps its lane (later records of its key, or
 // of its partition in ByPartition, wait) and its partition's commit point.
 func (c *Consumer[V, T]) later(r *record[V], d time.Duration) {
@@ -339,7 +336,7 @@ func (c *Consumer[V, T]) finish(r *record[V], settled bool) {
 		if c.release(r, settled) {
 			resume = append(resume, r.p)
 		}
-		if r.lane.kind == laneNone {
+		if !r.ordered {
 			break
 		}
 		next, ok := c.lanes.Done(r.lane)
