@@ -65,10 +65,15 @@ func main() {
 	reps := flag.Int("reps", 3, "repetitions")
 	stall := flag.Duration("stall", 5*time.Second, "how long the stalled record's handler blocks")
 	only := flag.String("lanes", "all", "lanes to run, comma-separated: raw,batch,pipeline,noop,hand,slow,stall")
+	inFlight := flag.Int("inflight", 0, "the adapter lanes' WithInFlight and WithConcurrency (0: the adapter's defaults)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the lanes run to this file")
 	memProfile := flag.String("memprofile", "", "write an allocation profile of the lanes run to this file")
 	flag.Parse()
-	o := opts{n: *n, parts: int32(*parts), reps: *reps, stall: *stall, cpuProfile: *cpuProfile, memProfile: *memProfile}
+	o := opts{inFlight: *inFlight, n: *n, parts: int32(*parts), reps: *reps, stall: *stall, cpuProfile: *cpuProfile, memProfile: *memProfile}
+	if *inFlight < 0 {
+		fmt.Fprintln(os.Stderr, "bench-kafka: -inflight: give 0 for the defaults or a window of at least 1")
+		os.Exit(2)
+	}
 	if *only != "all" {
 		o.lanes = strings.Split(*only, ",")
 		for _, l := range o.lanes {
@@ -85,11 +90,12 @@ func main() {
 }
 
 type bench struct {
-	brokers []string
-	rdb     *redis.Client
-	env     benchkit.Env
-	n       int
-	seq     int
+	brokers  []string
+	rdb      *redis.Client
+	env      benchkit.Env
+	n        int
+	seq      int
+	inFlight int // the adapter lanes' window and handlers; 0: the defaults
 }
 
 // fresh names a group and a record prefix no lane used before.
@@ -108,6 +114,7 @@ type opts struct {
 	reps                   int
 	stall                  time.Duration
 	lanes                  []string // nil: all
+	inFlight               int      // the adapter lanes' window and handlers; 0: the defaults
 	cpuProfile, memProfile string
 }
 
@@ -120,7 +127,7 @@ func run(o opts) error {
 		return err
 	}
 	defer cluster.Close()
-	b := &bench{brokers: cluster.ListenAddrs(), n: n}
+	b := &bench{brokers: cluster.ListenAddrs(), n: n, inFlight: o.inFlight}
 	if err := produce(b.brokers, n); err != nil {
 		return err
 	}
@@ -143,7 +150,7 @@ func run(o opts) error {
 	fmt.Printf("idemkit Kafka bench: %d records in %d partitions (kfake in-process), private redis-server, %d repetitions\n", n, parts, reps)
 	for r := 1; r <= reps; r++ {
 		raw, batch, pipe := &benchkit.Lane{Name: "raw franz-go, commit per poll"}, &benchkit.Lane{Name: "ExecuteBatch alone, B=100"},
-			&benchkit.Lane{Name: "Pipeline alone, adapter's window"}
+			&benchkit.Lane{Name: "Pipeline alone, window " + strconv.Itoa(b.window())}
 		noop, hand := &benchkit.Lane{Name: "adapter, no-op handler"}, &benchkit.Lane{Name: "hand-rolled SET NX PX + SET"}
 		slow, stalled := &benchkit.Lane{Name: "adapter, 2 ms handler, defaults"}, &benchkit.Lane{Name: "adapter, 2 ms, one record stalls"}
 		var stallOthers time.Duration
@@ -374,7 +381,7 @@ func (b *bench) batch() error {
 }
 
 // pipeline submits the same keys one by one to a Pipeline with the adapter's
-// default window and handlers (256 each), a no-op handler, and waits for every
+// window and handlers (b.window() each), a no-op handler, and waits for every
 // Done: the adapter's engine without Kafka.
 func (b *bench) pipeline() error {
 	_, prefix := b.fresh("pipeline")
@@ -383,7 +390,7 @@ func (b *bench) pipeline() error {
 		return err
 	}
 	ctx := context.Background()
-	p, err := consumer.NewPipeline[struct{}](ctx, s, consumer.WithInFlight(256), consumer.WithConcurrency(256))
+	p, err := consumer.NewPipeline[struct{}](ctx, s, consumer.WithInFlight(b.window()), consumer.WithConcurrency(b.window()))
 	if err != nil {
 		return err
 	}
@@ -444,7 +451,7 @@ func (b *bench) adapterUntil(wait time.Duration, stallKey string, stall time.Dur
 				}
 			}
 			return struct{}{}, nil
-		}, kafka.WithShutdownGrace(stall+time.Second))
+		}, b.adapterOpts(kafka.WithShutdownGrace(stall+time.Second))...)
 	if err != nil {
 		return 0, err
 	}
@@ -469,6 +476,25 @@ func (b *bench) adapterUntil(wait time.Duration, stallKey string, stall time.Dur
 	}
 	cancel()
 	return reached, <-done
+}
+
+// defaultWindow is the adapter's default WithInFlight and WithConcurrency.
+const defaultWindow = 1024
+
+// window is the adapter lanes' in-flight window and handlers.
+func (b *bench) window() int {
+	if b.inFlight > 0 {
+		return b.inFlight
+	}
+	return defaultWindow
+}
+
+// adapterOpts adds -inflight's window and handlers to opts.
+func (b *bench) adapterOpts(opts ...kafka.Option) []kafka.Option {
+	if b.inFlight > 0 {
+		opts = append(opts, kafka.WithInFlight(b.inFlight), kafka.WithConcurrency(b.inFlight))
+	}
+	return opts
 }
 
 // stalled is the 2 ms lane with one record blocked for stall; it returns when
