@@ -12,7 +12,8 @@
 //   - adapter, no-op handler (key ordering, defaults);
 //   - hand-rolled: a group consumer doing SET NX PX, the handler and SET per record,
 //     one record at a time (what users write without idemkit);
-//   - adapter, 2 ms handler (a database write), the adapter's defaults;
+//   - adapter, 2 ms handler (a database write), the adapter's defaults, and again
+//     with the window of 256 the adapter had before;
 //   - stall: the same with one record's handler blocked for 5 s: the time until
 //     every other record settled, against the 2 ms lane's.
 //
@@ -106,7 +107,7 @@ func (b *bench) fresh(lane string) (group, prefix string) {
 }
 
 // laneIDs name the lanes for -lanes, in the order they run.
-var laneIDs = []string{"raw", "batch", "pipeline", "noop", "hand", "slow", "stall"}
+var laneIDs = []string{"raw", "batch", "pipeline", "noop", "hand", "slow", "slow256", "stall"}
 
 type opts struct {
 	n                      int
@@ -153,6 +154,7 @@ func run(o opts) error {
 			&benchkit.Lane{Name: "Pipeline alone, window " + strconv.Itoa(b.window())}
 		noop, hand := &benchkit.Lane{Name: "adapter, no-op handler"}, &benchkit.Lane{Name: "hand-rolled SET NX PX + SET"}
 		slow, stalled := &benchkit.Lane{Name: "adapter, 2 ms handler, defaults"}, &benchkit.Lane{Name: "adapter, 2 ms, one record stalls"}
+		slow256 := &benchkit.Lane{Name: "adapter, 2 ms handler, in-flight 256"}
 		var stallOthers time.Duration
 		steps := []struct {
 			id string
@@ -165,6 +167,9 @@ func run(o opts) error {
 			{"noop", noop, func() error { return b.adapter(0, "", 0) }},
 			{"hand", hand, func() error { return b.handRolled() }},
 			{"slow", slow, func() error { return b.adapter(2*time.Millisecond, "", 0) }},
+			{"slow256", slow256, func() error {
+				return b.withWindow(256, func() error { return b.adapter(2*time.Millisecond, "", 0) })
+			}},
 			{"stall", stalled, func() error {
 				d, err := b.stalled(stall)
 				stallOthers = d
@@ -183,14 +188,14 @@ func run(o opts) error {
 		}
 		fmt.Printf("\nrepetition %d\n", r)
 		benchkit.Table(os.Stdout, ran[0], ran...)
-		verdicts(o, raw, batch, pipe, noop, hand, slow, stalled, stallOthers)
+		verdicts(o, raw, batch, pipe, noop, hand, slow, slow256, stallOthers)
 	}
 	return stopProfiles()
 }
 
 // verdicts prints the targets of the lanes run against the reference lanes of the
 // same repetition.
-func verdicts(o opts, raw, batch, pipe, noop, hand, slow, stalled *benchkit.Lane, stallOthers time.Duration) {
+func verdicts(o opts, raw, batch, pipe, noop, hand, slow, slow256 *benchkit.Lane, stallOthers time.Duration) {
 	fmt.Println()
 	if o.runs("noop") && o.runs("batch") {
 		fmt.Printf("  no-op adapter >= 0.9x ExecuteBatch alone (msgs/s):          %.2fx  %s\n",
@@ -210,6 +215,9 @@ func verdicts(o opts, raw, batch, pipe, noop, hand, slow, stalled *benchkit.Lane
 	if o.runs("slow") {
 		fmt.Printf("  2 ms handler >= 40,000 records/s at the default window:     %.0f  %s\n",
 			slow.Rate(), benchkit.Verdict(slow.Rate() >= 40000))
+	}
+	if o.runs("slow") && o.runs("slow256") {
+		fmt.Printf("  2 ms handler, default window vs in-flight 256 (msgs/s):     %.2fx\n", slow.Rate()/slow256.Rate())
 	}
 	if o.runs("hand") && o.runs("noop") {
 		fmt.Printf("  hand-rolled lane vs the adapter:                            %.2fx\n", hand.Rate()/noop.Rate())
@@ -487,6 +495,14 @@ func (b *bench) window() int {
 		return b.inFlight
 	}
 	return defaultWindow
+}
+
+// withWindow runs fn with the adapter lanes' window and handlers set to n.
+func (b *bench) withWindow(n int, fn func() error) error {
+	was := b.inFlight
+	b.inFlight = n
+	defer func() { b.inFlight = was }()
+	return fn()
 }
 
 // adapterOpts adds -inflight's window and handlers to opts.
