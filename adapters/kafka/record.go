@@ -104,14 +104,18 @@ func (c *Consumer[V, T]) take(fp kgo.FetchTopicPartition) {
 	for i := range rs {
 		c.prepare(&rs[i])
 	}
+	queued := 0
 	c.mu.Lock()
 	for i := range rs {
 		if r := &rs[i]; !r.ordered || c.lanes.Push(r.lane, r) {
 			c.queue = append(c.queue, r)
+			queued++
 		}
 	}
 	c.mu.Unlock()
-	c.wakeStarter()
+	if queued > 0 {
+		c.wakeStarter()
+	}
 }
 
 // headerKeys sets the key of each record that has the header name to its value.
@@ -331,6 +335,7 @@ func (c *Consumer[V, T]) later(r *record[V], d time.Duration) {
 // counts toward its partition's commit. One lock covers both.
 func (c *Consumer[V, T]) finish(r *record[V], settled bool) {
 	var resume []*partition
+	queued := false
 	c.mu.Lock()
 	for {
 		if c.release(r, settled) {
@@ -345,6 +350,7 @@ func (c *Consumer[V, T]) finish(r *record[V], settled bool) {
 		}
 		if !next.p.gone.Load() {
 			c.queue = append(c.queue, next)
+			queued = true
 			break
 		}
 		r, settled = next, false // dropped at once, not behind the starter
@@ -357,7 +363,9 @@ func (c *Consumer[V, T]) finish(r *record[V], settled bool) {
 	for _, p := range resume {
 		c.cl.ResumeFetchPartitions(map[string][]int32{p.topic: {p.part}})
 	}
-	c.wakeStarter()
+	if queued {
+		c.wakeStarter()
+	}
 }
 
 // release counts r finished, under c.mu: settled, its offset counts toward its
