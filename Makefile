@@ -122,3 +122,8 @@ down:
 
 clean:
 	rm -rf bin
+
+.PHONY: profile-kafka
+## profile-kafka: CPU and allocation profiles of the Kafka adapter's no-op lane: pprof top 20, CPU split adapter / engine / clients / runtime
+profile-kafka:
+	GO=$(GO) bash internal/bench/kafka/profile.sh

@@ -3,6 +3,7 @@ package kafka
 import (
 	"context"
 	"errors"
+	"hash/maphash"
 	"log/slog"
 	"reflect"
 	"regexp"
@@ -40,15 +41,18 @@ type Consumer[V, T any] struct {
 
 	running atomic.Bool
 	pipe    *consumer.Pipeline[T]
-	lanes   *ordering.Sequencer[*record[V]]
-	startq  chan struct{} // wakes the starter
-	stop    chan struct{} // closed when Run ends: timers and the starter give up
-	ready   chan struct{} // closed once New has read the client (cl, group, topics, regex...)
+	run     func(context.Context) (T, error) // runRecord, the handler of every record
+	seed    maphash.Seed                     // of the lanes' key hashes
+	fetched []*kgo.Record                    // take's buffer (the poll loop's)
+	startq  chan struct{}                    // wakes the starter
+	stop    chan struct{}                    // closed when Run ends: timers and the starter give up
+	ready   chan struct{}                    // closed once New has read the client (cl, group, topics, regex...)
 
 	mu       sync.Mutex
 	parts    map[topicPartition]*partition
-	queue    []*record[V] // records whose turn has come, to submit in order
-	open     int          // records taken and not finished
+	queue    []*record[V]                       // records whose turn has come, to submit in order
+	lanes    ordering.Lanes[uint64, *record[V]] // records waiting for their lane
+	open     int                                // records taken and not finished
 	roomWait chan struct{}
 	dlqOK    map[string]bool                  // consumed topics whose dead-letter topic exists
 	stopped  map[string]*DeadLetterTopicError // consumed topics paused for their dead-letter topic
@@ -71,7 +75,8 @@ type partition struct {
 	done   int64 // the offset committed last; -1 before any
 	hw     int64 // the high watermark seen last
 	paused bool
-	gone   bool          // revoked or lost: its records are dropped as they come back
+	lane   uint64        // its records' lane in ByPartition
+	gone   atomic.Bool   // revoked or lost: its records are dropped as they come back; set under mu
 	lost   bool          // lost: another member may own it; it is never committed again
 	empty  chan struct{} // closed when open reaches 0 after gone
 }
@@ -125,7 +130,7 @@ func NewTyped[V, T any](store consumer.Store, clientOpts []kgo.Opt, decode func(
 	}
 	c := &Consumer[V, T]{
 		store: store, s: s, decode: decode, handle: handler, cfg: cfg, log: log,
-		lanes:   ordering.NewSequencer[*record[V]](),
+		seed:    maphash.MakeSeed(),
 		startq:  make(chan struct{}, 1),
 		stop:    make(chan struct{}),
 		ready:   make(chan struct{}),
@@ -147,6 +152,7 @@ func NewTyped[V, T any](store consumer.Store, clientOpts []kgo.Opt, decode func(
 	if err != nil {
 		return nil, diagnose(clientOpts, err)
 	}
+	c.run = c.runRecord
 	err = c.attach(cl)
 	close(c.ready)
 	if err != nil {
@@ -259,7 +265,7 @@ func (c *Consumer[V, T]) Run(ctx context.Context) error {
 	c.commit(context.WithoutCancel(ctx), nil)
 	c.mu.Lock()
 	for _, p := range c.parts {
-		p.gone = true
+		p.gone.Store(true)
 		p.cancel()
 	}
 	c.mu.Unlock()

@@ -3,6 +3,7 @@ package kafka
 import (
 	"context"
 	"fmt"
+	"hash/maphash"
 	"time"
 
 	"github.com/idemkit/idemkit/consumer"
@@ -18,7 +19,8 @@ func (c *Consumer[V, T]) partitionOf(topic string, part int32) *partition {
 	p := c.parts[tp]
 	if p == nil {
 		ctx, cancel := context.WithCancel(context.Background())
-		p = &partition{topicPartition: tp, ctx: ctx, cancel: cancel, next: -1, done: -1, empty: make(chan struct{})}
+		p = &partition{topicPartition: tp, ctx: ctx, cancel: cancel, next: -1, done: -1, empty: make(chan struct{}),
+			lane: maphash.Comparable(c.seed, tp)}
 		c.parts[tp] = p
 	}
 	return p
@@ -100,7 +102,7 @@ func (c *Consumer[V, T]) detach(parts map[string][]int32) []*partition {
 	for topic, ps := range parts {
 		for _, n := range ps {
 			if p := c.parts[topicPartition{topic, n}]; p != nil {
-				p.gone = true
+				p.gone.Store(true)
 				out = append(out, p)
 			}
 		}
@@ -109,7 +111,7 @@ func (c *Consumer[V, T]) detach(parts map[string][]int32) []*partition {
 	var dropped []*record[V]
 	kept := c.queue[:0]
 	for _, r := range c.queue {
-		if r.p.gone {
+		if r.p.gone.Load() {
 			dropped = append(dropped, r)
 		} else {
 			kept = append(kept, r)
@@ -161,7 +163,7 @@ func (c *Consumer[V, T]) commit(ctx context.Context, only []*partition) {
 	c.mu.Lock()
 	if only == nil {
 		for _, p := range c.parts {
-			if !p.gone {
+			if !p.gone.Load() {
 				only = append(only, p)
 			}
 		}

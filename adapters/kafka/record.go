@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/internal/observe"
 	"github.com/idemkit/idemkit/internal/retry"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -25,29 +28,53 @@ var (
 var errPartitionGone = errors.New("kafka: the record's partition was revoked")
 
 // record is one record between the poll that took it and its end: settled
-// (committable) or dropped (its partition went to another member).
+// (committable) or dropped (its partition went to another member). The records of
+// one fetch are allocated together (as kgo allocates their kgo.Records), so that
+// taking a record costs no allocation of its own.
+//
+// A record is also the context its handler's context derives from: its
+// partition's (cancelled when the partition is revoked or lost), answering the
+// record itself for the consumer's one handler function (Consumer.runRecord),
+// so that no closure is made per record for it.
 type record[V any] struct {
-	rec     *kgo.Record
-	p       *partition
-	key     consumer.Key
-	v       V
-	bad     error  // why it cannot run (ErrUndecodable, ErrNoKey): it is dead-lettered
-	lane    string // records of one lane run one at a time, in the order taken
-	retries int    // handler failures retried
-	outages int    // store outages retried (not attempts)
+	context.Context // its partition's
+	rec             *kgo.Record
+	p               *partition
+	key             consumer.Key
+	keyed           bool // key is the record's key header
+	v               V
+	bad             error           // why it cannot run (ErrUndecodable, ErrNoKey): it is dead-lettered
+	ordered         bool            // it has a lane: records of one lane run one at a time, in the order taken
+	lane            uint64          // its lane's name: see laneOf
+	msg             observe.Message // its headers and origin, for the engine's events and tracers
+	retries         int             // handler failures retried
+	outages         int             // store outages retried (not attempts)
+}
+
+// recordKey is the context key under which a record's context answers itself.
+type recordKey struct{}
+
+// Value answers the record for recordKey and asks its partition's context for
+// anything else.
+func (r *record[V]) Value(key any) any {
+	if _, ok := key.(recordKey); ok {
+		return r
+	}
+	return r.Context.Value(key)
 }
 
 // take accepts a partition's fetched records: they are counted open, their
 // partition is paused at its in-flight bound, and each is queued behind its lane.
+// Only the poll loop calls it.
 func (c *Consumer[V, T]) take(fp kgo.FetchTopicPartition) {
 	c.mu.Lock()
 	p := c.partitionOf(fp.Topic, fp.Partition)
-	if p.gone {
+	if p.gone.Load() {
 		c.mu.Unlock()
 		return
 	}
 	p.hw = fp.HighWatermark
-	recs := make([]*kgo.Record, 0, len(fp.Records))
+	recs := c.fetched[:0]
 	for _, rec := range fp.Records {
 		if err := p.track.Add(rec.Offset); err != nil {
 			c.log.Warn("kafka: record fetched again; skipped", "topic", rec.Topic, "partition", rec.Partition, "offset", rec.Offset)
@@ -65,30 +92,85 @@ func (c *Consumer[V, T]) take(fp kgo.FetchTopicPartition) {
 	if pause {
 		c.cl.PauseFetchPartitions(map[string][]int32{p.topic: {p.part}})
 	}
-	for _, rec := range recs {
-		r := c.prepare(p, rec)
-		if c.lanes.Push(r.lane, r) {
-			c.enqueue(r)
+	rs := make([]record[V], len(recs))
+	for i, rec := range recs {
+		rs[i].rec, rs[i].p, rs[i].Context = rec, p, p.ctx
+	}
+	clear(recs) // keep no record alive through the buffer
+	c.fetched = recs[:0]
+	if c.cfg.keyFunc == nil {
+		headerKeys(rs, c.cfg.keyHeader)
+	}
+	for i := range rs {
+		c.prepare(&rs[i])
+	}
+	queued := 0
+	c.mu.Lock()
+	for i := range rs {
+		if r := &rs[i]; !r.ordered || c.lanes.Push(r.lane, r) {
+			c.queue = append(c.queue, r)
+			queued++
+		}
+	}
+	c.mu.Unlock()
+	if queued > 0 {
+		c.wakeStarter()
+	}
+}
+
+// headerKeys sets the key of each record that has the header name to its value.
+// The keys are cut from one string: one allocation per fetch, not one per record.
+func headerKeys[V any](rs []record[V], name string) {
+	n := 0
+	for i := range rs {
+		if v, ok := header(rs[i].rec, name); ok {
+			n += len(v)
+		}
+	}
+	var b strings.Builder
+	b.Grow(n)
+	for i := range rs {
+		if v, ok := header(rs[i].rec, name); ok {
+			b.Write(v)
+			rs[i].keyed = true
+		}
+	}
+	all, at := b.String(), 0
+	for i := range rs {
+		if rs[i].keyed {
+			v, _ := header(rs[i].rec, name)
+			rs[i].key = consumer.Key(all[at : at+len(v)])
+			at += len(v)
 		}
 	}
 }
 
-// prepare decodes rec, finds its key and names its lane.
-func (c *Consumer[V, T]) prepare(p *partition, rec *kgo.Record) *record[V] {
-	r := &record[V]{rec: rec, p: p}
+// header is the value of rec's first header called name.
+func header(rec *kgo.Record, name string) ([]byte, bool) {
+	for _, h := range rec.Headers {
+		if h.Key == name {
+			return h.Value, true
+		}
+	}
+	return nil, false
+}
+
+// prepare decodes r's record, finds its key (unless headerKeys found it) and names
+// its lane.
+func (c *Consumer[V, T]) prepare(r *record[V]) {
+	rec := r.rec
+	if c.cfg.keyFunc == nil && !r.keyed { // also names the key in an undecodable record's dead letter
+		r.key = c.coordinatesKey(rec)
+	}
 	v, err := c.decode(rec)
 	switch {
 	case err != nil:
-		if c.cfg.keyFunc == nil { // name the key in the dead letter when the header has one
-			r.key = c.headerKey(rec)
-		}
 		r.bad = fmt.Errorf("%w: %v", ErrUndecodable, err)
 	case c.cfg.keyFunc != nil:
 		r.v = v
 		r.key, err = c.cfg.keyFunc(rec, v)
 	default:
 		r.v = v
-		r.key = c.headerKey(rec)
 	}
 	if r.bad == nil && err == nil {
 		err = r.key.Validate()
@@ -96,37 +178,35 @@ func (c *Consumer[V, T]) prepare(p *partition, rec *kgo.Record) *record[V] {
 	if r.bad == nil && err != nil {
 		r.bad = fmt.Errorf("%w: %v", ErrNoKey, err)
 	}
-	coords := rec.Topic + "/" + strconv.Itoa(int(rec.Partition))
-	switch {
-	case c.cfg.ordering == ByPartition:
-		r.lane = "p" + coords
-	case c.cfg.ordering == ByKey && len(rec.Key) > 0:
-		r.lane = "k" + string(rec.Key)
-	case c.cfg.ordering == ByKey && r.bad == nil:
-		r.lane = "i" + string(r.key)
-	default: // a lane of its own
-		r.lane = "r" + coords + "@" + strconv.FormatInt(rec.Offset, 10)
-	}
-	return r
+	r.ordered, r.lane = c.laneOf(r)
+	r.msg = observe.Message{Headers: (*recordHeaders)(rec), Origin: observe.Origin(origin(rec))}
 }
 
-// headerKey is the record's key header, or, without one, a key derived from the
-// consumer group and the record's coordinates (two groups on one topic keep
-// records of their own).
-func (c *Consumer[V, T]) headerKey(rec *kgo.Record) consumer.Key {
-	for _, h := range rec.Headers {
-		if h.Key == c.cfg.keyHeader {
-			return consumer.Key(h.Value)
-		}
-	}
+// coordinatesKey is the key of a record without a key header: derived from the
+// consumer group and the record's coordinates.
+func (c *Consumer[V, T]) coordinatesKey(rec *kgo.Record) consumer.Key {
 	return consumer.NewKey(coordinatesNS, c.group, rec.Topic, strconv.Itoa(int(rec.Partition)), strconv.FormatInt(rec.Offset, 10))
 }
 
-// enqueue hands r, whose lane turn has come, to the starter.
-func (c *Consumer[V, T]) enqueue(r *record[V]) {
-	c.mu.Lock()
-	c.queue = append(c.queue, r)
-	c.mu.Unlock()
+// laneOf names r's lane, if it has one. Lanes are named by a hash (maphash,
+// seeded per consumer): of the Kafka record key, or without one of the
+// idempotency key, in ByKey; of the topic and partition in ByPartition (kept on
+// the partition). Two keys whose hashes collide share a lane, which runs them one
+// after the other and breaks nothing.
+func (c *Consumer[V, T]) laneOf(r *record[V]) (ordered bool, lane uint64) {
+	switch {
+	case c.cfg.ordering == ByPartition:
+		return true, r.p.lane
+	case c.cfg.ordering == ByKey && len(r.rec.Key) > 0:
+		return true, maphash.Bytes(c.seed, r.rec.Key)
+	case c.cfg.ordering == ByKey && r.bad == nil:
+		return true, maphash.String(c.seed, string(r.key))
+	}
+	return false, 0 // a lane of its own
+}
+
+// wakeStarter tells the starter that records were queued.
+func (c *Consumer[V, T]) wakeStarter() {
 	select {
 	case c.startq <- struct{}{}:
 	default:
@@ -134,16 +214,20 @@ func (c *Consumer[V, T]) enqueue(r *record[V]) {
 }
 
 // starter submits queued records to the engine in order; a full engine window
-// holds it (and through waitRoom, the poll loop) back.
+// holds it (and through waitRoom, the poll loop) back. It takes the queue's
+// records in one swap and gives the emptied slice back for the next ones.
 func (c *Consumer[V, T]) starter() {
+	var spare []*record[V]
 	for {
 		c.mu.Lock()
 		q := c.queue
-		c.queue = nil
+		c.queue = spare
 		c.mu.Unlock()
 		for _, r := range q {
 			c.start(r)
 		}
+		clear(q)
+		spare = q[:0]
 		if len(q) > 0 {
 			continue
 		}
@@ -170,16 +254,9 @@ func (c *Consumer[V, T]) start(r *record[V]) {
 		go c.deadLetter(r, kind, 0, consumer.Error, r.bad)
 		return
 	}
-	ctx := messageContext(r.p.ctx, r.rec)
-	err := c.pipe.Submit(ctx, consumer.PipelineItem[T]{
+	err := c.pipe.Submit(observe.WithMessage(r, &r.msg), consumer.PipelineItem[T]{
 		Key: r.key, Payload: r.rec.Value,
-		Run: func(hctx context.Context) (T, error) {
-			if c.isGone(r.p) { // revoked while it waited: its next owner runs it
-				var zero T
-				return zero, consumer.Abandon(errPartitionGone)
-			}
-			return c.handle(hctx, r.v, r.rec)
-		},
+		Run:  c.run,
 		Done: func(res consumer.Result[T]) { c.done(r, res) },
 	})
 	if err != nil { // the partition went away, or the consumer stops
@@ -187,19 +264,24 @@ func (c *Consumer[V, T]) start(r *record[V]) {
 	}
 }
 
-func (c *Consumer[V, T]) isGone(p *partition) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return p.gone
+// runRecord is the handler of every record: the record is found in hctx (see
+// record). c.run holds it as one function value for every record.
+func (c *Consumer[V, T]) runRecord(hctx context.Context) (T, error) {
+	r, ok := hctx.Value(recordKey{}).(*record[V])
+	if !ok || c.isGone(r.p) { // revoked while it waited: its next owner runs it
+		var zero T
+		return zero, consumer.Abandon(errPartitionGone)
+	}
+	return c.handle(hctx, r.v, r.rec)
 }
+
+func (c *Consumer[V, T]) isGone(p *partition) bool { return p.gone.Load() }
 
 // done maps a result to its action (consumer.ActionFor). It runs on the engine's
 // goroutines: anything that waits goes to a goroutine or a timer of its own.
 func (c *Consumer[V, T]) done(r *record[V], res consumer.Result[T]) {
-	var pe *consumer.PanicError
-	if errors.As(res.Err, &pe) {
-		c.log.Error("kafka: handler panicked", "topic", r.rec.Topic, "partition", r.rec.Partition,
-			"offset", r.rec.Offset, "panic", fmt.Sprint(pe.Value), "stack", string(pe.Stack))
+	if res.Err != nil {
+		c.logPanic(r, res.Err)
 	}
 	switch res.Action() {
 	case consumer.Ack:
@@ -226,6 +308,15 @@ func (c *Consumer[V, T]) done(r *record[V], res consumer.Result[T]) {
 	}
 }
 
+// logPanic logs the panic err carries, if any, with its stack.
+func (c *Consumer[V, T]) logPanic(r *record[V], err error) {
+	var pe *consumer.PanicError
+	if errors.As(err, &pe) {
+		c.log.Error("kafka: handler panicked", "topic", r.rec.Topic, "partition", r.rec.Partition,
+			"offset", r.rec.Offset, "panic", fmt.Sprint(pe.Value), "stack", string(pe.Stack))
+	}
+}
+
 // later starts r again after d; it keeps its lane (later records of its key, or
 // of its partition in ByPartition, wait) and its partition's commit point.
 func (c *Consumer[V, T]) later(r *record[V], d time.Duration) {
@@ -241,30 +332,50 @@ func (c *Consumer[V, T]) later(r *record[V], d time.Duration) {
 }
 
 // finish ends r: its lane's next record may start, and, when settled, its offset
-// counts toward its partition's commit.
+// counts toward its partition's commit. One lock covers both.
 func (c *Consumer[V, T]) finish(r *record[V], settled bool) {
+	var resume []*partition
+	queued := false
+	c.mu.Lock()
 	for {
-		c.release(r, settled)
+		if c.release(r, settled) {
+			resume = append(resume, r.p)
+		}
+		if !r.ordered {
+			break
+		}
 		next, ok := c.lanes.Done(r.lane)
 		if !ok {
-			return
+			break
 		}
-		if !c.isGone(next.p) {
-			c.enqueue(next)
-			return
+		if !next.p.gone.Load() {
+			c.queue = append(c.queue, next)
+			queued = true
+			break
 		}
 		r, settled = next, false // dropped at once, not behind the starter
 	}
+	if c.roomWait != nil && c.open < c.roomCap() {
+		close(c.roomWait)
+		c.roomWait = nil
+	}
+	c.mu.Unlock()
+	for _, p := range resume {
+		c.cl.ResumeFetchPartitions(map[string][]int32{p.topic: {p.part}})
+	}
+	if queued {
+		c.wakeStarter()
+	}
 }
 
-// release counts r finished: settled, its offset counts toward its partition's
-// commit. That holds after the partition is revoked too: the revocation's drain
-// commits what settled during it. Only revoked and commit decide which gone
-// partitions are committed (the revoked ones, once, before the rebalance goes
-// on; never a lost one).
-func (c *Consumer[V, T]) release(r *record[V], settled bool) {
+// release counts r finished, under c.mu: settled, its offset counts toward its
+// partition's commit. That holds after the partition is revoked too: the
+// revocation's drain commits what settled during it. Only revoked and commit
+// decide which gone partitions are committed (the revoked ones, once, before the
+// rebalance goes on; never a lost one). It reports whether r's partition is to be
+// resumed.
+func (c *Consumer[V, T]) release(r *record[V], settled bool) (resume bool) {
 	p := r.p
-	c.mu.Lock()
 	if settled {
 		if through, moved := p.track.Settle(r.rec.Offset); moved {
 			p.next = through + 1
@@ -272,19 +383,20 @@ func (c *Consumer[V, T]) release(r *record[V], settled bool) {
 	}
 	p.open--
 	c.open--
-	resume := p.paused && !p.gone && p.open <= c.cfg.partitionLimit/2
+	resume = p.paused && !p.gone.Load() && p.open <= c.cfg.partitionLimit/2
 	if resume {
 		p.paused = false
 	}
-	if c.roomWait != nil && c.open < c.roomCap() {
-		close(c.roomWait)
-		c.roomWait = nil
-	}
-	c.mu.Unlock()
-	if resume {
-		c.cl.ResumeFetchPartitions(map[string][]int32{p.topic: {p.part}})
-	}
+	return resume
 }
+
+// recordHeaders reads a record's headers as a consumer.Carrier: a pointer, so
+// that carrying it costs no allocation.
+type recordHeaders kgo.Record
+
+func (h *recordHeaders) Get(key string) string { return headers(h.Headers).Get(key) }
+
+func (h *recordHeaders) Keys() []string { return headers(h.Headers).Keys() }
 
 // headers reads kgo headers as a consumer.Carrier.
 type headers []kgo.RecordHeader

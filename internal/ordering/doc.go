@@ -4,11 +4,12 @@
 //
 //   - Sequencer keeps the messages of one lane in order: one at a time per lane,
 //     lanes side by side. A lane is what the adapter says must stay ordered: a Kafka
-//     partition (partition mode), a partition and record key (key mode), nothing
-//     (unordered: every message its own lane).
+//     partition (partition mode), a record key (key mode), nothing (unordered:
+//     every message its own lane). Lanes is the same without a lock, with lanes
+//     named by any comparable value, for a caller that holds a lock of its own.
 //   - Tracker follows a stream of positions (Kafka offsets, AMQP delivery tags) and
 //     says how far the settled ones form an unbroken prefix: what may be committed
 //     or acknowledged with one multiple-ack, never past a message still in flight.
 //
-// Neither does I/O; both are safe for concurrent use.
+// None does I/O; Sequencer and Tracker are safe for concurrent use.
 package ordering

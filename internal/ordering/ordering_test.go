@@ -93,3 +93,71 @@ func TestTrackerGaps(t *testing.T) {
 		t.Fatalf("12 is still in flight: through %d in flight %d", through, tr.InFlight())
 	}
 }
+
+// Lanes keyed by a struct keep each lane's order and tell lanes apart by every
+// field; a lane's last waiting message leaves it idle once done.
+func TestLanesByComparableKey(t *testing.T) {
+	type lane struct {
+		part int32
+		key  uint64
+	}
+	var l ordering.Lanes[lane, int]
+	a, b := lane{0, 7}, lane{1, 7}
+	if !l.Push(a, 1) || !l.Push(b, 10) {
+		t.Fatal("the first message of an idle lane runs at once")
+	}
+	if l.Push(a, 2) || l.Push(a, 3) || l.Push(b, 11) {
+		t.Fatal("a busy lane's messages wait")
+	}
+	want := map[lane][]int{a: {1, 2, 3}, b: {10, 11}}
+	for ln, order := range want {
+		ran := []int{order[0]}
+		for {
+			next, ok := l.Done(ln)
+			if !ok {
+				break
+			}
+			ran = append(ran, next)
+		}
+		if len(ran) != len(order) {
+			t.Fatalf("lane %v ran %v, want %v", ln, ran, order)
+		}
+		for i := range order {
+			if ran[i] != order[i] {
+				t.Fatalf("lane %v ran %v, want %v", ln, ran, order)
+			}
+		}
+	}
+	if l.Busy() != 0 {
+		t.Fatalf("busy lanes after every message finished: %d, want 0", l.Busy())
+	}
+	if !l.Push(a, 4) {
+		t.Fatal("an idle lane runs its next message at once")
+	}
+	if _, ok := l.Done(lane{2, 7}); ok {
+		t.Fatal("a lane never pushed has nothing to run")
+	}
+}
+
+// Settle finds each position among thousands in flight, in any order, and the
+// prefix ends exactly after the last settled run.
+func TestTrackerManyInFlight(t *testing.T) {
+	var tr ordering.Tracker
+	const n = 5000
+	for i := int64(0); i < n; i++ {
+		_ = tr.Add(1000 + 3*i) // gaps: compaction
+	}
+	for _, i := range rand.Perm(n) {
+		if i == n/2 {
+			continue
+		}
+		tr.Settle(1000 + 3*int64(i))
+	}
+	tr.Settle(7) // never added: changes nothing
+	if through, _ := tr.Through(); through != 1000+3*(n/2-1) || tr.InFlight() != 1 {
+		t.Fatalf("through %d in flight %d, want %d and 1", through, tr.InFlight(), 1000+3*(n/2-1))
+	}
+	if through, moved := tr.Settle(1000 + 3*n/2); !moved || through != 1000+3*(n-1) {
+		t.Fatalf("through %d moved %v, want %d", through, moved, 1000+3*(n-1))
+	}
+}

@@ -2,6 +2,7 @@ package ordering
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 )
 
@@ -36,11 +37,10 @@ func (t *Tracker) Add(pos int64) error {
 func (t *Tracker) Settle(pos int64) (through int64, moved bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for i := t.head; i < len(t.pos); i++ {
-		if t.pos[i] == pos {
-			t.settled[i] = true
-			break
-		}
+	// pos[head:] increase: find pos by halving (a partition can hold thousands in
+	// flight, and every one of them is settled once).
+	if i, found := slices.BinarySearch(t.pos[t.head:], pos); found {
+		t.settled[t.head+i] = true
 	}
 	for t.head < len(t.pos) && t.settled[t.head] {
 		t.through = t.pos[t.head]

@@ -6,15 +6,25 @@
 //     poll (what consuming costs without any idempotency);
 //   - ExecuteBatch alone: the same keys through consumer.ExecuteBatch, B=100, read
 //     from memory (what the engine costs without Kafka);
+//   - Pipeline alone: the same keys submitted one by one to a consumer.Pipeline
+//     with the adapter's default window, read from memory (what the adapter's
+//     engine costs without Kafka);
 //   - adapter, no-op handler (key ordering, defaults);
 //   - hand-rolled: a group consumer doing SET NX PX, the handler and SET per record,
 //     one record at a time (what users write without idemkit);
-//   - adapter, 2 ms handler (a database write), in-flight 256;
+//   - adapter, 2 ms handler (a database write), the adapter's defaults, and again
+//     with the window of 256 the adapter had before;
 //   - stall: the same with one record's handler blocked for 5 s: the time until
 //     every other record settled, against the 2 ms lane's.
 //
 // CPU is per message, from /proc: this process (client, kfake broker and adapter
-// together) and redis-server.
+// together) and redis-server. The adapter's own cost is the no-op adapter lane's
+// Go CPU minus the ExecuteBatch lane's and the raw lane's (what Kafka and the
+// engine cost without the adapter), and, beside it, minus the Pipeline lane's
+// instead of ExecuteBatch's (what the adapter adds to the engine it runs on).
+//
+// -lanes runs some lanes only; -cpuprofile and -memprofile write a CPU and an
+// allocation profile of the lanes run (make profile-kafka: the no-op adapter lane).
 package main
 
 import (
@@ -22,7 +32,12 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime"
+	"runtime/pprof"
+	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -50,19 +65,38 @@ func main() {
 	parts := flag.Int("partitions", 8, "partitions")
 	reps := flag.Int("reps", 3, "repetitions")
 	stall := flag.Duration("stall", 5*time.Second, "how long the stalled record's handler blocks")
+	only := flag.String("lanes", "all", "lanes to run, comma-separated: "+strings.Join(laneIDs, ","))
+	inFlight := flag.Int("inflight", 0, "the adapter lanes' WithInFlight and WithConcurrency (0: the adapter's defaults)")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the lanes run to this file")
+	memProfile := flag.String("memprofile", "", "write an allocation profile of the lanes run to this file")
 	flag.Parse()
-	if err := run(*n, int32(*parts), *reps, *stall); err != nil {
+	o := opts{inFlight: *inFlight, n: *n, parts: int32(*parts), reps: *reps, stall: *stall, cpuProfile: *cpuProfile, memProfile: *memProfile}
+	if *inFlight < 0 {
+		fmt.Fprintln(os.Stderr, "bench-kafka: -inflight: give 0 for the defaults or a window of at least 1")
+		os.Exit(2)
+	}
+	if *only != "all" {
+		o.lanes = strings.Split(*only, ",")
+		for _, l := range o.lanes {
+			if !slices.Contains(laneIDs, l) {
+				fmt.Fprintf(os.Stderr, "bench-kafka: -lanes: unknown lane %q: give some of %s\n", l, strings.Join(laneIDs, ","))
+				os.Exit(2)
+			}
+		}
+	}
+	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "bench-kafka:", err)
 		os.Exit(1)
 	}
 }
 
 type bench struct {
-	brokers []string
-	rdb     *redis.Client
-	env     benchkit.Env
-	n       int
-	seq     int
+	brokers  []string
+	rdb      *redis.Client
+	env      benchkit.Env
+	n        int
+	seq      int
+	inFlight int // the adapter lanes' window and handlers; 0: the defaults
 }
 
 // fresh names a group and a record prefix no lane used before.
@@ -72,13 +106,29 @@ func (b *bench) fresh(lane string) (group, prefix string) {
 	return "g-" + id, "idemkit-bench-kafka-" + id
 }
 
-func run(n int, parts int32, reps int, stall time.Duration) error {
+// laneIDs name the lanes for -lanes, in the order they run.
+var laneIDs = []string{"raw", "batch", "pipeline", "noop", "hand", "slow", "slow256", "stall", "share"}
+
+type opts struct {
+	n                      int
+	parts                  int32
+	reps                   int
+	stall                  time.Duration
+	lanes                  []string // nil: all
+	inFlight               int      // the adapter lanes' window and handlers; 0: the defaults
+	cpuProfile, memProfile string
+}
+
+func (o opts) runs(id string) bool { return o.lanes == nil || slices.Contains(o.lanes, id) }
+
+func run(o opts) error {
+	n, parts, reps, stall := o.n, o.parts, o.reps, o.stall
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(parts, "bench", "bench.dlq"))
 	if err != nil {
 		return err
 	}
 	defer cluster.Close()
-	b := &bench{brokers: cluster.ListenAddrs(), n: n}
+	b := &bench{brokers: cluster.ListenAddrs(), n: n, inFlight: o.inFlight}
 	if err := produce(b.brokers, n); err != nil {
 		return err
 	}
@@ -94,55 +144,136 @@ func run(n int, parts int32, reps int, stall time.Duration) error {
 	_, pid := benchkit.RedisInfo(context.Background(), b.rdb)
 	b.env = benchkit.Env{ServerPid: pid, Calls: calls}
 
+	stopProfiles, err := startProfiles(o.cpuProfile, o.memProfile)
+	if err != nil {
+		return err
+	}
 	fmt.Printf("idemkit Kafka bench: %d records in %d partitions (kfake in-process), private redis-server, %d repetitions\n", n, parts, reps)
 	for r := 1; r <= reps; r++ {
-		lanes := map[string]*benchkit.Lane{}
-		lane := func(name string) *benchkit.Lane {
-			l := &benchkit.Lane{Name: name}
-			lanes[name] = l
-			return l
-		}
-		raw, batch, noop, hand := lane("raw franz-go, commit per poll"), lane("ExecuteBatch alone, B=100"),
-			lane("adapter, no-op handler"), lane("hand-rolled SET NX PX + SET")
-		slow, stalled := lane("adapter, 2 ms handler, in-flight 256"), lane("adapter, 2 ms, one record stalls")
-		share := lane(shareLane(4, 500))
+		raw, batch, pipe := &benchkit.Lane{Name: "raw franz-go, commit per poll"}, &benchkit.Lane{Name: "ExecuteBatch alone, B=100"},
+			&benchkit.Lane{Name: "Pipeline alone, window " + strconv.Itoa(b.window())}
+		noop, hand := &benchkit.Lane{Name: "adapter, no-op handler"}, &benchkit.Lane{Name: "hand-rolled SET NX PX + SET"}
+		slow, stalled := &benchkit.Lane{Name: "adapter, 2 ms handler, defaults"}, &benchkit.Lane{Name: "adapter, 2 ms, one record stalls"}
+		slow256 := &benchkit.Lane{Name: "adapter, 2 ms handler, in-flight 256"}
+		share := &benchkit.Lane{Name: shareLane(4, 500)}
 		var stallOthers time.Duration
 		steps := []struct {
+			id string
 			l  *benchkit.Lane
 			fn func() error
 		}{
-			{raw, func() error { return b.raw() }},
-			{batch, func() error { return b.batch() }},
-			{noop, func() error { return b.adapter(0, "", 0) }},
-			{hand, func() error { return b.handRolled() }},
-			{slow, func() error { return b.adapter(2*time.Millisecond, "", 0) }},
-			{stalled, func() error {
+			{"raw", raw, func() error { return b.raw() }},
+			{"batch", batch, func() error { return b.batch() }},
+			{"pipeline", pipe, func() error { return b.pipeline() }},
+			{"noop", noop, func() error { return b.adapter(0, "", 0) }},
+			{"hand", hand, func() error { return b.handRolled() }},
+			{"slow", slow, func() error { return b.adapter(2*time.Millisecond, "", 0) }},
+			{"slow256", slow256, func() error {
+				return b.withWindow(256, func() error { return b.adapter(2*time.Millisecond, "", 0) })
+			}},
+			{"stall", stalled, func() error {
 				d, err := b.stalled(stall)
 				stallOthers = d
 				return err
 			}},
-			{share, func() error { return b.share(2*time.Millisecond, 4, 500) }},
+			{"share", share, func() error { return b.share(2*time.Millisecond, 4, 500) }},
 		}
+		var ran []*benchkit.Lane
 		for _, s := range steps {
+			if !o.runs(s.id) {
+				continue
+			}
 			if err := b.env.Measure(s.l, n, s.fn); err != nil {
 				return err
 			}
+			ran = append(ran, s.l)
 		}
 		fmt.Printf("\nrepetition %d\n", r)
-		benchkit.Table(os.Stdout, raw, raw, batch, noop, hand, slow, stalled, share)
-		want := min(20000, 0.8*min(256/0.002, noop.Rate()))
-		fmt.Printf("\n  2 ms handler >= %.0f records/s (20,000, or 0.8 of in-flight/2 ms or of no-op):  %.0f  %s\n",
-			want, slow.Rate(), benchkit.Verdict(slow.Rate() >= want))
-		fmt.Printf("  share group, 2 ms handler >= 20,000 records/s:            %.0f  %s (%.2fx the classic 2 ms lane)\n",
-			share.Rate(), benchkit.Verdict(share.Rate() >= 20000), share.Rate()/slow.Rate())
-		fmt.Printf("  no-op adapter >= 0.9x ExecuteBatch alone:                 %.2fx  %s\n",
+		benchkit.Table(os.Stdout, ran[0], ran...)
+		verdicts(o, raw, batch, pipe, noop, hand, slow, slow256, stallOthers)
+		if o.runs("share") && o.runs("slow") {
+			fmt.Printf("  share group, 2 ms handler >= 20,000 records/s:              %.0f  %s (%.2fx the classic 2 ms lane)\n",
+				share.Rate(), benchkit.Verdict(share.Rate() >= 20000), share.Rate()/slow.Rate())
+		}
+	}
+	return stopProfiles()
+}
+
+// verdicts prints the targets of the lanes run against the reference lanes of the
+// same repetition.
+func verdicts(o opts, raw, batch, pipe, noop, hand, slow, slow256 *benchkit.Lane, stallOthers time.Duration) {
+	fmt.Println()
+	if o.runs("noop") && o.runs("batch") {
+		fmt.Printf("  no-op adapter >= 0.9x ExecuteBatch alone (msgs/s):          %.2fx  %s\n",
 			noop.Rate()/batch.Rate(), benchkit.Verdict(noop.Rate() >= 0.9*batch.Rate()))
-		fmt.Printf("  hand-rolled lane vs the adapter:                          %.2fx\n", hand.Rate()/noop.Rate())
+	}
+	if o.runs("noop") && o.runs("pipeline") {
+		fmt.Printf("  no-op adapter vs Pipeline alone (msgs/s):                   %.2fx\n", noop.Rate()/pipe.Rate())
+	}
+	if o.runs("noop") && o.runs("batch") && o.runs("raw") {
+		own := noop.PerMsg(noop.GoCPU) - batch.PerMsg(batch.GoCPU) - raw.PerMsg(raw.GoCPU)
+		fmt.Printf("  adapter's own Go CPU (no-op - ExecuteBatch - raw) <= 3 us:  %.2f us  %s\n", own, benchkit.Verdict(own <= 3))
+	}
+	if o.runs("noop") && o.runs("pipeline") && o.runs("raw") {
+		own := noop.PerMsg(noop.GoCPU) - pipe.PerMsg(pipe.GoCPU) - raw.PerMsg(raw.GoCPU)
+		fmt.Printf("  adapter over its engine (no-op - Pipeline - raw):           %.2f us\n", own)
+	}
+	if o.runs("slow") {
+		fmt.Printf("  2 ms handler >= 40,000 records/s at the default window:     %.0f  %s\n",
+			slow.Rate(), benchkit.Verdict(slow.Rate() >= 40000))
+	}
+	if o.runs("slow") && o.runs("slow256") {
+		fmt.Printf("  2 ms handler, default window vs in-flight 256 (msgs/s):     %.2fx\n", slow.Rate()/slow256.Rate())
+	}
+	if o.runs("hand") && o.runs("noop") {
+		fmt.Printf("  hand-rolled lane vs the adapter:                            %.2fx\n", hand.Rate()/noop.Rate())
+	}
+	if o.runs("stall") && o.runs("slow") {
 		ratio := stallOthers.Seconds() / slow.Elapsed.Seconds()
 		fmt.Printf("  stall: the others settled in %v against %v without it:  %.2fx  %s (<= 1.2x)\n",
 			stallOthers.Round(time.Millisecond), slow.Elapsed.Round(time.Millisecond), ratio, benchkit.Verdict(ratio <= 1.2))
 	}
-	return nil
+}
+
+// startProfiles starts a CPU profile into cpu and samples every allocation for a
+// profile into mem (either may be empty); the function it returns writes them.
+func startProfiles(cpu, mem string) (func() error, error) {
+	var cf *os.File
+	if cpu != "" {
+		f, err := os.Create(cpu)
+		if err != nil {
+			return nil, err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return nil, err
+		}
+		cf = f
+	}
+	if mem != "" {
+		runtime.MemProfileRate = 512 // fine enough to count allocations per record
+	}
+	return func() error {
+		if cf != nil {
+			pprof.StopCPUProfile()
+			if err := cf.Close(); err != nil {
+				return err
+			}
+		}
+		if mem == "" {
+			return nil
+		}
+		f, err := os.Create(mem)
+		if err != nil {
+			return err
+		}
+		runtime.GC()
+		if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+			f.Close()
+			return err
+		}
+		return f.Close()
+	}, nil
 }
 
 func produce(brokers []string, n int) error {
@@ -263,6 +394,47 @@ func (b *bench) batch() error {
 	return nil
 }
 
+// pipeline submits the same keys one by one to a Pipeline with the adapter's
+// window and handlers (b.window() each), a no-op handler, and waits for every
+// Done: the adapter's engine without Kafka.
+func (b *bench) pipeline() error {
+	_, prefix := b.fresh("pipeline")
+	s, err := b.store(prefix, "bench")
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	p, err := consumer.NewPipeline[struct{}](ctx, s, consumer.WithInFlight(b.window()), consumer.WithConcurrency(b.window()))
+	if err != nil {
+		return err
+	}
+	value := []byte(`{"order":42,"amount":1999}`)
+	var bad atomic.Int64
+	var left sync.WaitGroup
+	left.Add(b.n)
+	run := func(context.Context) (struct{}, error) { return struct{}{}, nil }
+	done := func(r consumer.Result[struct{}]) {
+		if r.Outcome != consumer.Success {
+			bad.Add(1)
+		}
+		left.Done()
+	}
+	for i := 0; i < b.n; i++ {
+		if err := p.Submit(ctx, consumer.PipelineItem[struct{}]{Key: consumer.Key("evt-" + strconv.Itoa(i)), Payload: value,
+			Run: run, Done: done}); err != nil {
+			return err
+		}
+	}
+	left.Wait()
+	if err := p.Shutdown(ctx); err != nil {
+		return err
+	}
+	if n := bad.Load(); n > 0 {
+		return fmt.Errorf("pipeline: %d of %d not SUCCESS", n, b.n)
+	}
+	return nil
+}
+
 // adapter runs the topic through the adapter with a fresh group; the handler waits
 // wait, and the record keyed stallKey blocks for stall.
 func (b *bench) adapter(wait time.Duration, stallKey string, stall time.Duration) error {
@@ -293,7 +465,7 @@ func (b *bench) adapterUntil(wait time.Duration, stallKey string, stall time.Dur
 				}
 			}
 			return struct{}{}, nil
-		}, kafka.WithShutdownGrace(stall+time.Second))
+		}, b.adapterOpts(kafka.WithShutdownGrace(stall+time.Second))...)
 	if err != nil {
 		return 0, err
 	}
@@ -318,6 +490,33 @@ func (b *bench) adapterUntil(wait time.Duration, stallKey string, stall time.Dur
 	}
 	cancel()
 	return reached, <-done
+}
+
+// defaultWindow is the adapter's default WithInFlight and WithConcurrency.
+const defaultWindow = 1024
+
+// window is the adapter lanes' in-flight window and handlers.
+func (b *bench) window() int {
+	if b.inFlight > 0 {
+		return b.inFlight
+	}
+	return defaultWindow
+}
+
+// withWindow runs fn with the adapter lanes' window and handlers set to n.
+func (b *bench) withWindow(n int, fn func() error) error {
+	was := b.inFlight
+	b.inFlight = n
+	defer func() { b.inFlight = was }()
+	return fn()
+}
+
+// adapterOpts adds -inflight's window and handlers to opts.
+func (b *bench) adapterOpts(opts ...kafka.Option) []kafka.Option {
+	if b.inFlight > 0 {
+		opts = append(opts, kafka.WithInFlight(b.inFlight), kafka.WithConcurrency(b.inFlight))
+	}
+	return opts
 }
 
 // stalled is the 2 ms lane with one record blocked for stall; it returns when
