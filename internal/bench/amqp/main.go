@@ -9,7 +9,9 @@
 //     the ack (what users write without idemkit);
 //   - worker, 2 ms handler (a database write), prefetch and concurrency 256;
 //   - stall: the same with one message's handler blocked for 5 s: the time until
-//     every other message settled, against the 2 ms lane's.
+//     every other message settled, against the 2 ms lane's;
+//   - ordered: the 2 ms worker ordered by a header (WithOrdering(ByKeyHeader)),
+//     over 1,000 keys, against the unordered 2 ms lane.
 //
 // CPU per message from /proc: this process, redis-server (server us/msg) and, when
 // the broker runs on this machine, beam.smp. The broker is IDEMKIT_AMQP_URL or
@@ -107,9 +109,12 @@ func run(n, reps int, stall time.Duration) error {
 				stallOthers = d
 				return err
 			}},
+			{"worker, 2 ms, ordered by key (1,000)", func(q string) error {
+				return b.workerOrdered(q, 2*time.Millisecond)
+			}},
 		}
-		for _, s := range steps {
-			q, err := b.queue()
+		for i, s := range steps {
+			q, err := b.queue(i == len(steps)-1)
 			if err != nil {
 				return err
 			}
@@ -123,7 +128,7 @@ func run(n, reps int, stall time.Duration) error {
 			}
 			lanes = append(lanes, l)
 		}
-		ref, multi, noop, hand, slow := lanes[0], lanes[1], lanes[2], lanes[3], lanes[4]
+		ref, multi, noop, hand, slow, ordered := lanes[0], lanes[1], lanes[2], lanes[3], lanes[4], lanes[6]
 		fmt.Printf("\nrepetition %d\n", r)
 		benchkit.Table(os.Stdout, ref, lanes...)
 		fmt.Printf("%-40s", "broker (beam.smp) CPU us/msg:")
@@ -137,6 +142,7 @@ func run(n, reps int, stall time.Duration) error {
 		fmt.Printf("  no-op worker >= 0.75x the raw multiple-ack consumer:      %.2fx  %s\n",
 			noop.Rate()/multi.Rate(), benchkit.Verdict(noop.Rate() >= 0.75*multi.Rate()))
 		fmt.Printf("  hand-rolled lane vs the worker:                           %.2fx\n", hand.Rate()/noop.Rate())
+		fmt.Printf("  ordered by key (1,000 keys) vs unordered, 2 ms handler:  %.2fx\n", ordered.Rate()/slow.Rate())
 		ratio := stallOthers.Seconds() / slow.Elapsed.Seconds()
 		fmt.Printf("  stall: the others settled in %v against %v without it:  %.2fx  %s (<= 1.2x)\n",
 			stallOthers.Round(time.Millisecond), slow.Elapsed.Round(time.Millisecond), ratio, benchkit.Verdict(ratio <= 1.2))
@@ -157,17 +163,21 @@ func brokerPid() int {
 	return pid
 }
 
-// queue declares a fresh topology and fills its work queue with n messages.
-func (b *bench) queue() (idemamqp.Topology, error) {
+// orderKeys is how many ordering keys the ordered lane's messages spread over.
+const orderKeys = 1000
+
+// queue declares a fresh topology and fills its work queue with n messages, each
+// with an ordering key header when keyed.
+func (b *bench) queue(keyed bool) (idemamqp.Topology, error) {
 	b.seq++
 	t := idemamqp.Topology{Queue: "idemkit-bench-" + strconv.Itoa(b.seq) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)}
 	if err := t.Declare(b.conn); err != nil {
 		return t, err
 	}
-	return t, b.publish(t.Queue)
+	return t, b.publish(t.Queue, keyed)
 }
 
-func (b *bench) publish(queue string) error {
+func (b *bench) publish(queue string, keyed bool) error {
 	ch, err := b.conn.Channel()
 	if err != nil {
 		return err
@@ -180,8 +190,11 @@ func (b *bench) publish(queue string) error {
 	body := []byte(`{"order":42,"items":3}`)
 	var last *amqp091.DeferredConfirmation
 	for i := 0; i < b.n; i++ {
-		c, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", queue, false, false,
-			amqp091.Publishing{MessageId: "m-" + strconv.Itoa(i), Body: body})
+		msg := amqp091.Publishing{MessageId: "m-" + strconv.Itoa(i), Body: body}
+		if keyed {
+			msg.Headers = amqp091.Table{"k": "k-" + strconv.Itoa(i%orderKeys)}
+		}
+		c, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", queue, false, false, msg)
 		if err != nil {
 			return err
 		}
@@ -272,9 +285,15 @@ func (b *bench) worker(queue string, wait time.Duration, stallID string, stall t
 	return err
 }
 
+func (b *bench) workerOrdered(queue string, wait time.Duration) error {
+	_, err := b.workerUntil(queue, wait, "", 0, int64(b.n), idemamqp.WithOrdering(idemamqp.ByKeyHeader("k")))
+	return err
+}
+
 // workerUntil runs the worker over queue until every message settled, and
 // returns when until of them had.
-func (b *bench) workerUntil(queue string, wait time.Duration, stallID string, stall time.Duration, until int64) (time.Duration, error) {
+func (b *bench) workerUntil(queue string, wait time.Duration, stallID string, stall time.Duration, until int64,
+	opts ...idemamqp.Option) (time.Duration, error) {
 	done := &settled{}
 	store, err := redisstore.NewStore(b.rdb, consumer.WithPrefix("idemkit-bench-amqp-"+queue), consumer.WithScope("bench"),
 		consumer.WithObserver(done))
@@ -300,8 +319,8 @@ func (b *bench) workerUntil(queue string, wait time.Duration, stallID string, st
 			}
 			return struct{}{}, nil
 		},
-		idemamqp.WithPrefetch(256), idemamqp.WithDeclare(false),
-		idemamqp.WithShutdownGrace(stall+time.Second))
+		append([]idemamqp.Option{idemamqp.WithPrefetch(256), idemamqp.WithDeclare(false),
+			idemamqp.WithShutdownGrace(stall + time.Second)}, opts...)...)
 	if err != nil {
 		return 0, err
 	}
