@@ -23,6 +23,7 @@ func (f *flow[V, T]) ack(tag uint64) {
 func (f *flow[V, T]) acker() {
 	defer close(f.done)
 	batch := make([]uint64, 0, cap(f.acks))
+	var settled []int64
 	for tag := range f.acks {
 		batch = append(batch[:0], tag)
 		for more := true; more; {
@@ -37,10 +38,11 @@ func (f *flow[V, T]) acker() {
 				more = false
 			}
 		}
-		var through int64
+		settled = settled[:0]
 		for _, t := range batch {
-			through, _ = f.tags.Settle(int64(t))
+			settled = append(settled, int64(t))
 		}
+		through, _ := f.tags.SettleAll(settled)
 		var top, highest uint64
 		var err error
 		for _, t := range batch {
