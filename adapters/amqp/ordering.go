@@ -106,8 +106,9 @@ func (o Ordering) validate(v reflect.Type) error {
 	return nil
 }
 
-// lane names d's lane: its ordering key, else its idempotency key. The two kinds
-// of names never meet.
+// lane names d's lane: its ordering key as it is, else "\x00" and its
+// idempotency key. An ordering key that starts with "\x00" may share a lane with
+// an idempotency key: two lanes merged only order more, never less.
 func (o Ordering) lane(d *amqp091.Delivery, v any, key string) (string, error) {
 	var k string
 	switch o.by {
@@ -125,7 +126,7 @@ func (o Ordering) lane(d *amqp091.Delivery, v any, key string) (string, error) {
 		}
 	}
 	if k == "" {
-		return "i" + key, nil
+		return "\x00" + key, nil
 	}
-	return "o" + k, nil
+	return k, nil
 }

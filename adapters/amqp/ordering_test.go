@@ -247,11 +247,17 @@ func TestOrderingStallHoldsBackOnlyItsKey(t *testing.T) {
 // lost session, the redelivered copy of the running one finds it done (DUPLICATE),
 // and every message runs exactly once, in order.
 func TestOrderingRedeliveryKeepsItsPlace(t *testing.T) {
+	for _, quorum := range []bool{false, true} {
+		t.Run(map[bool]string{false: "classic", true: "quorum"}[quorum], func(t *testing.T) { redeliveryKeepsItsPlace(t, quorum) })
+	}
+}
+
+func redeliveryKeepsItsPlace(t *testing.T, quorum bool) {
 	url := testenv.AMQP(t)
 	proxy, viaProxy := amqpProxy(t, url)
 	hooks := &acks{}
 	store, _, _ := newStore(t, consumer.WithObserver(hooks))
-	topo := topology(t, url, false)
+	topo := topology(t, url, quorum)
 	publishOrdered(t, url, topo.Queue)
 	rec := newOrdered()
 	held, heldAt := keyName(3), 10
@@ -375,5 +381,50 @@ func TestOrderingBadInput(t *testing.T) {
 	}
 	if s := idemamqp.ByKeyHeader("account").String(); s != `key (header "account")` {
 		t.Errorf("String() = %s", s)
+	}
+}
+
+// A delivery without an ordering key runs, ordered by its idempotency key; one
+// whose ordering function fails is dead-lettered (NO_KEY) with the reason, never
+// run out of its order.
+func TestOrderingKeyMissingOrFailing(t *testing.T) {
+	url := testenv.AMQP(t)
+	hooks := &acks{}
+	store, _, _ := newStore(t, consumer.WithObserver(hooks))
+	topo := topology(t, url, false)
+	var ran sync.Map
+	w, err := idemamqp.NewWorker(store, url, topo, func(ctx context.Context, d amqp091.Delivery) (int, error) {
+		ran.Store(d.MessageId, true)
+		return 0, nil
+	}, idemamqp.WithOrdering(idemamqp.ByKeyFunc(func(d amqp091.Delivery) (string, error) {
+		if d.MessageId == "bad" {
+			return "", errors.New("no account in the job")
+		}
+		s, _ := d.Headers[orderHeader].(string)
+		return s, nil
+	})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	publishRaw(t, url, topo.Queue,
+		amqp091.Publishing{MessageId: "bad", Body: []byte(`{}`)},
+		amqp091.Publishing{MessageId: "no-header", Body: []byte(`{}`)},
+		amqp091.Publishing{MessageId: "keyed", Headers: amqp091.Table{orderHeader: "acct-1"}, Body: []byte(`{}`)})
+	r := start(t, w)
+	testenv.Eventually(t, 30*time.Second, "three deliveries acked", func() bool { return hooks.acked.Load() >= 3 })
+	r.stop()
+	_, bad := ran.Load("bad")
+	_, missing := ran.Load("no-header")
+	_, keyed := ran.Load("keyed")
+	if bad || !missing || !keyed {
+		t.Errorf("ran: bad %v, no-header %v, keyed %v; want false, true, true", bad, missing, keyed)
+	}
+	dead := drain(t, url, topo.DeadLetterQueue)
+	if len(dead) != 1 || dead[0].MessageId != "bad" || dead[0].Headers[idemamqp.HeaderKind] != "NO_KEY" ||
+		!strings.Contains(fmt.Sprint(dead[0].Headers[idemamqp.HeaderReason]), "ordering key: no account") {
+		t.Errorf("dead letters %d, want the bad one with kind NO_KEY and its reason", len(dead))
+	}
+	if s, a := hooks.outcomes[consumer.Success].Load(), hooks.acked.Load(); s != 2 || a != 3 {
+		t.Errorf("%d SUCCESS, %d acked; want 2 and 3", s, a)
 	}
 }

@@ -46,6 +46,7 @@ type Worker[V, T any] struct {
 	scope       string                               // the store's scope
 	hooks       hooks                                // which of the worker's events the observers take
 	lanes       *ordering.Sequencer[*delivery[V, T]] // ordered: the deliveries of each lane, across sessions
+	skipDecode  bool                                 // NewWorker: the handler reads the delivery, V is never used
 }
 
 // NewWorker returns a worker that runs handler on every delivery of topo.Queue on
@@ -55,10 +56,17 @@ func NewWorker[T any](store consumer.Store, url string, topo Topology,
 	if handler == nil {
 		return nil, configError("nil handler")
 	}
-	return NewTypedWorker(store, url, topo,
+	w, err := NewTypedWorker(store, url, topo,
 		func(d amqp091.Delivery) (amqp091.Delivery, error) { return d, nil },
-		func(ctx context.Context, d amqp091.Delivery, _ amqp091.Delivery) (T, error) { return handler(ctx, d) },
+		func(ctx context.Context, _ amqp091.Delivery, d amqp091.Delivery) (T, error) { return handler(ctx, d) },
 		opts...)
+	if err != nil {
+		return nil, err
+	}
+	// The handler takes the delivery itself: no decoded copy is kept, unless a
+	// key or an ordering of the decoded value reads one.
+	w.skipDecode = w.cfg.valueType == nil && w.cfg.ordering.vtype == nil
+	return w, nil
 }
 
 // NewTypedWorker is NewWorker with a decode step: a body that decode refuses goes
@@ -306,7 +314,11 @@ var errDial = errors.New("amqp: dial")
 
 // prepare decodes d and finds its key.
 func (w *Worker[V, T]) prepare(d *amqp091.Delivery) (V, consumer.Key, error) {
-	v, err := w.decode(*d)
+	var v V
+	var err error
+	if !w.skipDecode {
+		v, err = w.decode(*d)
+	}
 	if err != nil {
 		return v, consumer.Key(d.MessageId), fmt.Errorf("%w: %v", ErrUndecodable, err)
 	}
