@@ -44,7 +44,7 @@ type flow[V, T any] struct {
 type delivery[V, T any] struct {
 	f    *flow[V, T]
 	d    amqp091.Delivery
-	v    V
+	v    *V // the decoded body, in the same allocation (decoded); nil for NewWorker, whose handler reads d
 	key  consumer.Key
 	lane string          // its lane; "" unordered
 	ctx  context.Context // the session's, holding msg
@@ -55,8 +55,21 @@ type delivery[V, T any] struct {
 	outages int // waits without a handler run (not attempts)
 }
 
-func (m *delivery[V, T]) run(ctx context.Context) (T, error) { return m.f.w.handle(ctx, m.v, m.d) }
-func (m *delivery[V, T]) settled(r consumer.Result[T])       { m.f.settled(m, r) }
+func (m *delivery[V, T]) run(ctx context.Context) (T, error) {
+	var v V
+	if m.v != nil {
+		v = *m.v
+	}
+	return m.f.w.handle(ctx, v, m.d)
+}
+
+// decoded is a delivery with room for its decoded body, in one allocation.
+type decoded[V, T any] struct {
+	delivery[V, T]
+	val V
+}
+
+func (m *delivery[V, T]) settled(r consumer.Result[T]) { m.f.settled(m, r) }
 
 // item is m for the engine.
 func (m *delivery[V, T]) item() consumer.PipelineItem[T] {
@@ -124,13 +137,24 @@ func (f *flow[V, T]) take(d *amqp091.Delivery) error {
 		return fmt.Errorf("amqp: delivery tags out of order: %w", err)
 	}
 	w := f.w
-	m := &delivery[V, T]{f: f, d: *d}
+	var m *delivery[V, T]
+	if w.skipDecode {
+		m = &delivery[V, T]{f: f, d: *d}
+	} else {
+		dm := &decoded[V, T]{delivery: delivery[V, T]{f: f, d: *d}}
+		dm.v = &dm.val
+		m = &dm.delivery
+	}
+	var v V
 	var err error
-	m.v, m.key, err = w.prepare(&m.d)
+	v, m.key, err = w.prepare(&m.d)
+	if m.v != nil {
+		*m.v = v
+	}
 	if err == nil && w.lanes != nil {
 		var v any
-		if w.cfg.ordering.by == byFunc {
-			v = m.v
+		if w.cfg.ordering.by == byFunc && m.v != nil {
+			v = *m.v
 		}
 		m.lane, err = w.cfg.ordering.lane(&m.d, v, string(m.key))
 	}
