@@ -24,8 +24,10 @@
 // (WithPrefetch, default 256): claims and completions are batched from whatever is
 // ready, a handler starts as soon as its claim returns (WithConcurrency handlers at
 // once, default the prefetch), and each delivery is acked as soon as it is settled:
-// one multiple-ack for the settled tags that extend the contiguous settled prefix,
-// the others one by one, so a slow delivery never holds back the acks of others.
+// one multiple-ack for the settled tags that extend the contiguous settled prefix;
+// a tag settled above the prefix waits up to 5ms for the prefix to reach it (and
+// at most an eighth of the prefetch waits), then is acked alone, so a slow
+// delivery never holds back the acks of others for longer.
 // consumer.ActionFor decides:
 //
 //   - SUCCESS, DUPLICATE: ack. (A DUPLICATE of a key that failed for good is

@@ -56,7 +56,7 @@ func main() {
 	n := flag.Int("n", 20000, "messages per lane")
 	reps := flag.Int("reps", 3, "repetitions")
 	stall := flag.Duration("stall", 5*time.Second, "how long the stalled message's handler blocks")
-	profile := flag.String("profile", "", "profile only this lane: noop, ordered or stall (with -cpuprofile, -memprofile)")
+	profile := flag.String("profile", "", "profile only this lane: raw (multiple-ack), noop, ordered or stall (with -cpuprofile, -memprofile)")
 	cpuprofile := flag.String("cpuprofile", "", "write the profiled lane's CPU profile here")
 	memprofile := flag.String("memprofile", "", "write the profiled lane's allocation profile here")
 	flag.Parse()
@@ -113,6 +113,7 @@ func profileLane(n, reps int, stall time.Duration, lane, cpu, mem string) error 
 	}
 	defer done()
 	fn := map[string]func(q string) error{
+		"raw":     func(q string) error { return b.raw(q, 256, true) },
 		"noop":    func(q string) error { return b.worker(q, 0, "", 0) },
 		"ordered": func(q string) error { return b.workerOrdered(q, 2*time.Millisecond) },
 		"stall": func(q string) error {
@@ -121,7 +122,7 @@ func profileLane(n, reps int, stall time.Duration, lane, cpu, mem string) error 
 		},
 	}[lane]
 	if fn == nil {
-		return fmt.Errorf("-profile %q: give noop, ordered or stall", lane)
+		return fmt.Errorf("-profile %q: give raw (multiple-ack), noop, ordered or stall", lane)
 	}
 	var queues []idemamqp.Topology
 	for r := 0; r < reps; r++ {
