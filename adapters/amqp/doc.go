@@ -70,8 +70,8 @@
 // WithOrdering(ByKeyHeader(name)), ByKeyFunc or ByValueKey run the deliveries of
 // one ordering key (an account, an order) one at a time, in the order the worker
 // received them, and different keys at once; Unordered (the default) runs
-// deliveries as they come. The lanes are ordering.Sequencer lanes shared with the
-// Kafka adapter, and acks are unchanged: each delivery is acked once it settles, a
+// deliveries as they come. The lanes are those of the Kafka adapter's key
+// ordering, and acks are unchanged: each delivery is acked once it settles, a
 // multiple-ack covering only the channel's contiguous settled prefix, so a key that
 // stalls holds back only its own later deliveries. An ordered delivery to be
 // retried (a handler failure, another owner's live claim, a store outage) waits in
