@@ -123,8 +123,11 @@ down:
 clean:
 	rm -rf bin
 
+PROFILE_DIR ?= $(or $(TMPDIR),/tmp)
+
 ## profile-amqp: CPU and allocation profiles of the RabbitMQ worker's no-op lane (3 repetitions), top 20 of each
+.PHONY: profile-amqp
 profile-amqp:
-	$(GO) run ./internal/bench/amqp -profile noop -cpuprofile amqp-noop.cpu -memprofile amqp-noop.mem
-	$(GO) tool pprof -top -nodecount=20 amqp-noop.cpu
-	$(GO) tool pprof -sample_index=alloc_space -top -nodecount=20 amqp-noop.mem
+	$(GO) run ./internal/bench/amqp -profile noop -cpuprofile $(PROFILE_DIR)/amqp-noop.cpu -memprofile $(PROFILE_DIR)/amqp-noop.mem
+	$(GO) tool pprof -top -nodecount=20 $(PROFILE_DIR)/amqp-noop.cpu
+	$(GO) tool pprof -sample_index=alloc_space -top -nodecount=20 $(PROFILE_DIR)/amqp-noop.mem

@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -124,6 +125,8 @@ func profileLane(n, reps int, stall time.Duration, lane, cpu, mem string) error 
 	if fn == nil {
 		return fmt.Errorf("-profile %q: give raw (multiple-ack), noop, ordered or stall", lane)
 	}
+	rate := runtime.MemProfileRate
+	runtime.MemProfileRate = 0 // filling the queues is not the lane's
 	var queues []idemamqp.Topology
 	for r := 0; r < reps; r++ {
 		q, err := b.queue(lane == "ordered")
@@ -133,6 +136,7 @@ func profileLane(n, reps int, stall time.Duration, lane, cpu, mem string) error 
 		defer func() { _ = q.Delete(b.conn) }()
 		queues = append(queues, q)
 	}
+	runtime.MemProfileRate = rate
 	if cpu != "" {
 		f, err := os.Create(cpu)
 		if err != nil {
