@@ -127,3 +127,11 @@ clean:
 ## profile-kafka: CPU and allocation profiles of the Kafka adapter's no-op lane: pprof top 20, CPU split adapter / engine / clients / runtime
 profile-kafka:
 	GO=$(GO) bash internal/bench/kafka/profile.sh
+PROFILE_DIR ?= $(or $(TMPDIR),/tmp)
+
+## profile-amqp: CPU and allocation profiles of the RabbitMQ worker's no-op lane (3 repetitions), top 20 of each
+.PHONY: profile-amqp
+profile-amqp:
+	$(GO) run ./internal/bench/amqp -profile noop -cpuprofile $(PROFILE_DIR)/amqp-noop.cpu -memprofile $(PROFILE_DIR)/amqp-noop.mem
+	$(GO) tool pprof -top -nodecount=20 $(PROFILE_DIR)/amqp-noop.cpu
+	$(GO) tool pprof -sample_index=alloc_space -top -nodecount=20 $(PROFILE_DIR)/amqp-noop.mem

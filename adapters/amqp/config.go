@@ -57,6 +57,7 @@ type config struct {
 	keyHeader       string
 	keyFunc         KeyFunc
 	valueType       reflect.Type
+	ordering        Ordering
 	declare         bool
 	shutdownGrace   time.Duration
 	consumerTimeout time.Duration
@@ -117,6 +118,15 @@ func WithValueKey[V any](fn func(v V) (consumer.Key, error)) Option {
 		}
 	})
 }
+
+// WithOrdering says which deliveries may run at once: Unordered (the default)
+// runs them as they come; ByKeyHeader, ByKeyFunc and ByValueKey run the deliveries
+// of one ordering key one at a time, in the order they arrived, and different keys
+// at once (see Ordering). Acknowledgements are the same in every mode: each
+// delivery is acked once settled, a multiple-ack covering only the contiguous
+// settled prefix of the channel's tags, so a key that stalls holds back only the
+// later deliveries of its key. Default Unordered.
+func WithOrdering(o Ordering) Option { return optFunc(func(c *config) { c.ordering = o }) }
 
 // WithDeclare turns declaring the topology at every (re)connection on or off.
 // Default on.

@@ -24,8 +24,10 @@
 // (WithPrefetch, default 256): claims and completions are batched from whatever is
 // ready, a handler starts as soon as its claim returns (WithConcurrency handlers at
 // once, default the prefetch), and each delivery is acked as soon as it is settled:
-// one multiple-ack for the settled tags that extend the contiguous settled prefix,
-// the others one by one, so a slow delivery never holds back the acks of others.
+// one multiple-ack for the settled tags that extend the contiguous settled prefix;
+// a tag settled above the prefix waits up to 5ms for the prefix to reach it (and
+// at most an eighth of the prefetch waits), then is acked alone, so a slow
+// delivery never holds back the acks of others for longer.
 // consumer.ActionFor decides:
 //
 //   - SUCCESS, DUPLICATE: ack. (A DUPLICATE of a key that failed for good is
@@ -62,6 +64,29 @@
 // The key is the message's MessageId by default, or a header (WithKeyHeader), or a
 // function (WithKeyFunc, WithValueKey). A delivery without a key is dead-lettered
 // with that reason: it is never run unguarded.
+//
+// # Ordering
+//
+// WithOrdering(ByKeyHeader(name)), ByKeyFunc or ByValueKey run the deliveries of
+// one ordering key (an account, an order) one at a time, in the order the worker
+// received them, and different keys at once; Unordered (the default) runs
+// deliveries as they come. The lanes are those of the Kafka adapter's key
+// ordering, and acks are unchanged: each delivery is acked once it settles, a
+// multiple-ack covering only the channel's contiguous settled prefix, so a key that
+// stalls holds back only its own later deliveries. An ordered delivery to be
+// retried (a handler failure, another owner's live claim, a store outage) waits in
+// place, holding its key, instead of going through a delayed-retry queue, which
+// would let its successors overtake it; at WithMaxAttempts it is dead-lettered and
+// its key goes on. It stays unacked meanwhile, in its prefetch slot.
+//
+// The lanes are the worker's, not a session's. When a channel is lost, every
+// unacked delivery returns to the queue and is redelivered in queue order; a
+// handler of the lost session that is still running keeps its lane, and the
+// redelivered copies of its key wait behind it, never running ahead of it or beside
+// it. Deliveries of the lost session still waiting are dropped from their lanes
+// unrun. The order is the order this worker receives: several workers on one queue
+// each order only their own share (use a single-active-consumer queue or one queue
+// per shard of keys).
 //
 // # Scope
 //

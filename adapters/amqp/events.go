@@ -1,8 +1,6 @@
 package amqp
 
 import (
-	"context"
-
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/internal/observe"
 	amqp091 "github.com/rabbitmq/amqp091-go"
@@ -15,47 +13,56 @@ import (
 // (DeadLetterHook), acknowledgements (AckHook), and lost sessions and their
 // return (PauseHook).
 
+// hooks says which of the worker's own events some observer takes, so that no
+// event is built for nobody.
+type hooks struct{ retry, deadLetter, ack, pause bool }
+
+func hooksOf(obs []consumer.Observer) hooks {
+	var h hooks
+	for _, o := range obs {
+		_, r := o.(consumer.RetryHook)
+		_, d := o.(consumer.DeadLetterHook)
+		_, a := o.(consumer.AckHook)
+		_, p := o.(consumer.PauseHook)
+		h.retry, h.deadLetter, h.ack, h.pause = h.retry || r, h.deadLetter || d, h.ack || a, h.pause || p
+	}
+	return h
+}
+
 // origin is d's origin on the events.
-func (w *Worker[V, T]) origin(d amqp091.Delivery) consumer.Origin {
+func (w *Worker[V, T]) origin(d *amqp091.Delivery) consumer.Origin {
 	return consumer.Origin{Queue: w.topo.Queue, DeliveryTag: d.DeliveryTag}
 }
 
-// messageContext returns ctx holding d's headers and origin, for the engine's
-// events and for tracers.
-func (w *Worker[V, T]) messageContext(ctx context.Context, d amqp091.Delivery) context.Context {
-	return observe.WithMessage(ctx, &observe.Message{Headers: table(d.Headers), Origin: observe.Origin(w.origin(d))})
-}
-
-// observers are the store's observers and its scope.
-func (w *Worker[V, T]) observers() ([]consumer.Observer, string) {
-	s := w.store.Settings()
-	return s.Observers, s.Scope
-}
-
 func (w *Worker[V, T]) reportRetry(e consumer.RetryEvent) {
-	obs, scope := w.observers()
-	e.Source, e.Scope = consumer.SourceAMQP, scope
-	observe.Each(obs, func(h consumer.RetryHook) { h.OnRetry(e) })
+	if !w.hooks.retry {
+		return
+	}
+	e.Source, e.Scope = consumer.SourceAMQP, w.scope
+	observe.Each(w.obs, func(h consumer.RetryHook) { h.OnRetry(e) })
 }
 
 func (w *Worker[V, T]) reportDeadLetter(e consumer.DeadLetterEvent) {
-	obs, scope := w.observers()
-	e.Source, e.Scope = consumer.SourceAMQP, scope
-	observe.Each(obs, func(h consumer.DeadLetterHook) { h.OnDeadLetter(e) })
+	if !w.hooks.deadLetter {
+		return
+	}
+	e.Source, e.Scope = consumer.SourceAMQP, w.scope
+	observe.Each(w.obs, func(h consumer.DeadLetterHook) { h.OnDeadLetter(e) })
 }
 
 func (w *Worker[V, T]) reportAck(e consumer.AckEvent) {
-	obs, scope := w.observers()
-	e.Source, e.Scope = consumer.SourceAMQP, scope
-	observe.Each(obs, func(h consumer.AckHook) { h.OnAck(e) })
+	e.Source, e.Scope = consumer.SourceAMQP, w.scope
+	observe.Each(w.obs, func(h consumer.AckHook) { h.OnAck(e) })
 }
 
 // reportPause tells the observers that the worker stopped consuming (err ended
 // its session) or, with a nil err, that it consumes again.
 func (w *Worker[V, T]) reportPause(err error) {
-	obs, scope := w.observers()
-	e := consumer.PauseEvent{Source: consumer.SourceAMQP, Scope: scope, Origin: consumer.Origin{Queue: w.topo.Queue}, Err: err}
-	observe.Each(obs, func(h consumer.PauseHook) {
+	if !w.hooks.pause {
+		return
+	}
+	e := consumer.PauseEvent{Source: consumer.SourceAMQP, Scope: w.scope, Origin: consumer.Origin{Queue: w.topo.Queue}, Err: err}
+	observe.Each(w.obs, func(h consumer.PauseHook) {
 		if err != nil {
 			h.OnPause(e)
 		} else {

@@ -38,3 +38,26 @@ func Example() {
 		log.Fatal(err)
 	}
 }
+
+// A worker that runs the jobs of one account one at a time, in the order they
+// were sent, and jobs of different accounts at once: the account travels in a
+// header; each job's idempotency key is its MessageId.
+func ExampleWithOrdering() {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	store, err := redisstore.NewStore(rdb, consumer.WithScope("billing"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	w, err := idemamqp.NewWorker(store, "amqp://guest:guest@127.0.0.1:5672/", idemamqp.Topology{Queue: "billing-jobs"},
+		func(ctx context.Context, d amqp091.Delivery) (string, error) {
+			return "charged " + d.MessageId, nil // after the account's earlier jobs, never beside them
+		}, idemamqp.WithOrdering(idemamqp.ByKeyHeader("account")))
+	if err != nil {
+		log.Fatal(err) // an empty header name says so here
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := w.Run(ctx); err != nil {
+		log.Fatal(err)
+	}
+}

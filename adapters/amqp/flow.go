@@ -4,33 +4,76 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/internal/observe"
 	"github.com/idemkit/idemkit/internal/ordering"
+	"github.com/idemkit/idemkit/internal/retry"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 )
 
 // flow runs one session's deliveries through the shared execution engine: each
-// delivery is submitted as it arrives, settled as its handler finishes, and acked
-// as soon as it is settled (one multiple-ack for a run of settled tags).
+// delivery is submitted as it arrives (ordered: when its lane's turn comes),
+// settled as its handler finishes, and acked as soon as it is settled (one
+// multiple-ack for a run of settled tags).
 type flow[V, T any] struct {
-	w    *Worker[V, T]
-	sub  *amqp091.Channel
-	pub  *publisher
-	pipe *consumer.Pipeline[T]
-	acks chan uint64 // settled delivery tags, for the acker
-	done chan struct{}
-	tags ordering.Tracker
-	fail chan error // an ack or a republish failed: the session ends
+	w      *Worker[V, T]
+	ctx    context.Context // the session's work: its deliveries' contexts
+	cancel context.CancelFunc
+	sub    *amqp091.Channel
+	pub    *publisher
+	pipe   *consumer.Pipeline[T]
+	acks   chan uint64 // settled delivery tags, for the acker
+	done   chan struct{}
+	tags   ordering.Tracker
+	fail   chan error // an ack or a republish failed: the session ends
 
 	mu      sync.Mutex
 	copying int           // republishing goroutines running (each acks its delivery)
 	idle    chan struct{} // closed when copying drops to 0
 	ended   bool          // stop is done waiting: no more copies start
 	acked   bool          // the acker is gone: acks are dropped, the broker redelivers
+
+	lanes laneState[V, T] // ordered only
+}
+
+// delivery is one delivery of a session with everything its run, its lane and
+// its settlement need, in one allocation.
+type delivery[V, T any] struct {
+	f    *flow[V, T]
+	d    amqp091.Delivery
+	v    *V // the decoded body, in the same allocation (decoded); nil for NewWorker, whose handler reads d
+	key  consumer.Key
+	lane string          // its lane; "" unordered
+	ctx  context.Context // the session's, holding msg
+	msg  observe.Message // its headers and origin, for events and tracers
+
+	// Ordered only: what it went through waiting in its lane.
+	tries   int // handler failures retried in place (attempts)
+	outages int // waits without a handler run (not attempts)
+}
+
+func (m *delivery[V, T]) run(ctx context.Context) (T, error) {
+	var v V
+	if m.v != nil {
+		v = *m.v
+	}
+	return m.f.w.handle(ctx, v, m.d)
+}
+
+// decoded is a delivery with room for its decoded body, in one allocation.
+type decoded[V, T any] struct {
+	delivery[V, T]
+	val V
+}
+
+func (m *delivery[V, T]) settled(r consumer.Result[T]) { m.f.settled(m, r) }
+
+// item is m for the engine.
+func (m *delivery[V, T]) item() consumer.PipelineItem[T] {
+	return consumer.PipelineItem[T]{Key: m.key, Payload: m.d.Body, Run: m.run, Done: m.settled}
 }
 
 func (w *Worker[V, T]) newFlow(ctx context.Context, sub *amqp091.Channel, p *publisher) (*flow[V, T], error) {
@@ -39,9 +82,13 @@ func (w *Worker[V, T]) newFlow(ctx context.Context, sub *amqp091.Channel, p *pub
 	if err != nil {
 		return nil, err
 	}
-	f := &flow[V, T]{w: w, sub: sub, pub: p, pipe: pipe, acks: make(chan uint64, w.cfg.prefetch),
+	fctx, cancel := context.WithCancel(ctx)
+	f := &flow[V, T]{w: w, ctx: fctx, cancel: cancel, sub: sub, pub: p, pipe: pipe, acks: make(chan uint64, w.cfg.prefetch),
 		done: make(chan struct{}), fail: make(chan error, 1)}
 	go f.acker()
+	if w.lanes != nil {
+		f.startLanes()
+	}
 	return f, nil
 }
 
@@ -51,7 +98,8 @@ func (w *Worker[V, T]) newFlow(ctx context.Context, sub *amqp091.Channel, p *pub
 // yet sent is not sent: its original returns to the queue whole. A copy already
 // sent is waited for (its confirm is bounded), and its original acked, so that no
 // message is both copied and put back. After a failed session nothing waits: the
-// channel is gone and nothing more can be acked.
+// channel is gone and nothing more can be acked. Deliveries still waiting in
+// their lanes are not run: they return to the queue with the channel.
 func (f *flow[V, T]) stop(ctx, work context.Context) {
 	sctx, cancel := context.WithCancel(work)
 	defer cancel()
@@ -59,6 +107,10 @@ func (f *flow[V, T]) stop(ctx, work context.Context) {
 		cancel()
 	}
 	_ = f.pipe.Shutdown(sctx)
+	f.cancel() // a handler still running was cancelled already; a Submit waiting for room gives up
+	if f.w.lanes != nil {
+		f.stopLanes()
+	}
 	if !f.quiet(sctx) {
 		f.pub.seal()
 	}
@@ -74,51 +126,8 @@ func (f *flow[V, T]) stop(ctx, work context.Context) {
 	_ = f.sub.Close() // its close-ok comes after the broker took every ack before it
 }
 
-// spawn runs a republish on a goroutine the flow owns, unless stop is done
-// waiting for them (the delivery then returns to the queue with the channel).
-func (f *flow[V, T]) spawn(republish func()) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.ended {
-		return
-	}
-	if f.copying == 0 {
-		f.idle = make(chan struct{})
-	}
-	f.copying++
-	go func() {
-		defer f.spawned()
-		republish()
-	}()
-}
-
-func (f *flow[V, T]) spawned() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.copying--; f.copying == 0 {
-		close(f.idle)
-	}
-}
-
-// quiet waits until no republish runs, or ctx ends; it reports whether none runs.
-func (f *flow[V, T]) quiet(ctx context.Context) bool {
-	for {
-		f.mu.Lock()
-		n, idle := f.copying, f.idle
-		f.mu.Unlock()
-		if n == 0 {
-			return true
-		}
-		select {
-		case <-idle:
-		case <-ctx.Done():
-			return false
-		}
-	}
-}
-
-// take hands one delivery to the engine.
-func (f *flow[V, T]) take(ctx context.Context, d amqp091.Delivery) error {
+// take hands one delivery to the engine, or to its lane.
+func (f *flow[V, T]) take(d *amqp091.Delivery) error {
 	select {
 	case err := <-f.fail:
 		return err
@@ -127,48 +136,83 @@ func (f *flow[V, T]) take(ctx context.Context, d amqp091.Delivery) error {
 	if err := f.tags.Add(int64(d.DeliveryTag)); err != nil {
 		return fmt.Errorf("amqp: delivery tags out of order: %w", err)
 	}
-	v, key, err := f.w.prepare(d)
+	w := f.w
+	var m *delivery[V, T]
+	if w.skipDecode {
+		m = &delivery[V, T]{f: f, d: *d}
+	} else {
+		dm := &decoded[V, T]{delivery: delivery[V, T]{f: f, d: *d}}
+		dm.v = &dm.val
+		m = &dm.delivery
+	}
+	var v V
+	var err error
+	v, m.key, err = w.prepare(&m.d)
+	if m.v != nil {
+		*m.v = v
+	}
+	if err == nil && w.lanes != nil {
+		var v any
+		if w.cfg.ordering.by == byFunc && m.v != nil {
+			v = *m.v
+		}
+		m.lane, err = w.cfg.ordering.lane(&m.d, v, string(m.key))
+	}
 	if err != nil {
 		kind := "UNDECODABLE"
 		if errors.Is(err, ErrNoKey) {
 			kind = "NO_KEY"
 		}
-		f.spawn(func() { f.deadLetter(ctx, d, key, attemptsOf(d)+1, kind, consumer.Error, err) })
+		f.spawn(func() { f.deadLetter(f.ctx, m, attemptsOf(&m.d)+1, kind, consumer.Error, err) })
 		return nil
 	}
-	item := consumer.PipelineItem[T]{Key: key, Payload: d.Body,
-		Run:  func(hctx context.Context) (T, error) { return f.w.handle(hctx, v, d) },
-		Done: func(r consumer.Result[T]) { f.settled(ctx, d, key, r) },
+	m.msg = observe.Message{Headers: table(m.d.Headers), Origin: observe.Origin{Queue: w.topo.Queue, DeliveryTag: m.d.DeliveryTag}}
+	m.ctx = observe.WithMessage(f.ctx, &m.msg)
+	if m.lane != "" && !w.lanes.Push(m.lane, m) {
+		return nil // its lane's turn comes when the deliveries before it are done
 	}
-	return f.pipe.Submit(f.w.messageContext(ctx, d), item)
+	if err := f.pipe.Submit(m.ctx, m.item()); err != nil {
+		f.release(m)
+		return err
+	}
+	return nil
 }
 
 // settled maps a result to its action (consumer.ActionFor). It runs on the
-// engine's goroutines: republishing, which waits for a confirm, has its own.
-func (f *flow[V, T]) settled(ctx context.Context, d amqp091.Delivery, key consumer.Key, r consumer.Result[T]) {
+// engine's goroutines: republishing, which waits for a confirm, has its own, and
+// so does a wait in place.
+func (f *flow[V, T]) settled(m *delivery[V, T], r consumer.Result[T]) {
 	w := f.w
 	var pe *consumer.PanicError
 	if errors.As(r.Err, &pe) {
-		w.log.Error("amqp: handler panicked", "queue", w.topo.Queue, "key", string(key),
+		w.log.Error("amqp: handler panicked", "queue", w.topo.Queue, "key", string(m.key),
 			"panic", fmt.Sprint(pe.Value), "stack", string(pe.Stack))
 	}
 	if (errors.Is(r.Err, consumer.ErrNotRun) || errors.Is(r.Err, consumer.ErrInterrupted)) &&
 		errors.Is(r.Err, consumer.ErrPipelineStopped) {
-		return // shutting down: its claim was released; the broker redelivers it
+		f.release(m) // shutting down: its claim was released; the broker redelivers it, and its lane's later ones
+		return
 	}
-	attempts := attemptsOf(d)
 	switch r.Action() {
 	case consumer.Ack:
-		f.ack(d)
+		f.ack(m.d.DeliveryTag)
+		f.release(m)
 		return
 	case consumer.DeadLetter:
-		f.spawn(func() { f.deadLetter(ctx, d, key, attempts+1, consumer.DeadLetterKind(r.Err), r.Outcome, r.Err) })
+		attempts := attemptsOf(&m.d) + m.tries + 1
+		f.spawn(func() { f.deadLetter(m.ctx, m, attempts, consumer.DeadLetterKind(r.Err), r.Outcome, r.Err) })
+		f.release(m) // its handler never runs again: the lane goes on
+		return
+	}
+	if m.lane != "" {
+		f.again(m, r)
 		return
 	}
 	// Retry later through a delayed-retry queue. Another owner's live claim, a
 	// store outage or a handler that never ran is not an attempt: the delivery
 	// cycles through the longest delay (or the shortest not under the lease left)
 	// with its attempts unchanged. A handler failure is one.
+	attempts := attemptsOf(&m.d)
 	counted := r.Outcome != consumer.InProgress && !consumer.NotAnAttempt(r.Err)
 	delays := w.topo.RetryDelays
 	delay := delays[len(delays)-1]
@@ -178,143 +222,48 @@ func (f *flow[V, T]) settled(ctx context.Context, d amqp091.Delivery, key consum
 	case counted:
 		attempts++
 		if attempts >= w.maxAttempts {
-			why := fmt.Errorf("still failing after %d deliveries: %w", attempts, r.Err)
-			f.spawn(func() {
-				f.deadLetter(ctx, d, key, attempts, consumer.DeadLetterKind(consumer.ErrAttemptsExhausted), r.Outcome, why)
-			})
+			f.exhausted(m, attempts, r)
 			return
 		}
 		delay = w.topo.retryDelay(attempts, 0)
 	}
-	f.spawn(func() { f.retry(ctx, d, key, attempts, delay, r) })
+	f.spawn(func() { f.retry(m.ctx, m, attempts, delay, r) })
 }
 
-// retry publishes d's copy to the delayed-retry queue of delay, confirmed, then
-// acks d.
-func (f *flow[V, T]) retry(ctx context.Context, d amqp091.Delivery, key consumer.Key, attempts int, delay time.Duration,
-	r consumer.Result[T]) {
+// again runs an ordered delivery again in place, after a pause, holding back its
+// lane: a copy through a delayed-retry queue would let the later deliveries of its
+// key run before it. Another owner's live claim is looked at again when it may
+// have ended; a store outage or a handler that never ran waits with the
+// reconnection backoff; neither is an attempt. A handler failure is one, and
+// waits the retry delay its delayed-retry queue would have; at WithMaxAttempts
+// the delivery is dead-lettered (EXHAUSTED) and its lane goes on.
+func (f *flow[V, T]) again(m *delivery[V, T], r consumer.Result[T]) {
 	w := f.w
-	queue := w.topo.RetryQueue(delay)
-	extra := amqp091.Table{HeaderAttempts: int32(attempts)}
-	if _, ok := d.Headers[HeaderOriginalRouting]; !ok {
-		extra[HeaderOriginalExch], extra[HeaderOriginalRouting] = d.Exchange, d.RoutingKey
-	}
-	if _, err := f.pub.publish(ctx, queue, d, extra, false); err != nil {
-		f.failed(err)
-		return
-	}
-	w.reportRetry(consumer.RetryEvent{Key: key, Origin: w.origin(d), Attempt: attempts, Delay: delay, Destination: queue,
-		Kind: consumer.ErrorKind(r.Err), Err: r.Err})
-	f.ack(d)
-}
-
-// deadLetter publishes d's copy to the dead-letter queue, confirmed, then acks d.
-func (f *flow[V, T]) deadLetter(ctx context.Context, d amqp091.Delivery, key consumer.Key, attempts int, kind string,
-	o consumer.Outcome, reason error) {
-	w := f.w
-	text := "unknown"
-	if reason != nil {
-		text = consumer.CapText(reason.Error(), MaxErrorHeader)
-	}
-	extra := amqp091.Table{
-		HeaderAttempts: int32(attempts), HeaderReason: text, HeaderOutcome: o.String(), HeaderKind: kind,
-		HeaderKey: string(key), HeaderOriginalQueue: w.topo.Queue,
-	}
-	if _, ok := d.Headers[HeaderOriginalRouting]; !ok {
-		extra[HeaderOriginalExch], extra[HeaderOriginalRouting] = d.Exchange, d.RoutingKey
-	}
-	bodyLess, err := f.pub.publish(ctx, w.topo.DeadLetterQueue, d, extra, true)
-	if err != nil {
-		f.failed(err)
-		return
-	}
-	w.log.Warn("amqp: delivery dead-lettered", "queue", w.topo.Queue, "key", string(key), "kind", kind,
-		"body_less", bodyLess, "reason", consumer.CapText(text, 256))
-	w.reportDeadLetter(consumer.DeadLetterEvent{Key: key, Origin: w.origin(d), Kind: kind, Err: reason,
-		Destination: w.topo.DeadLetterQueue, BodyLess: bodyLess})
-	f.ack(d)
-}
-
-// failed ends the session over err, unless err is the end of the shutdown grace:
-// then the delivery just returns to the queue with the channel.
-func (f *flow[V, T]) failed(err error) {
-	if errors.Is(err, errSealed) {
-		return
-	}
-	select {
-	case f.fail <- err:
+	switch {
+	case r.Outcome == consumer.InProgress:
+		f.later(m, max(min(r.LeaseLeft+10*time.Millisecond, 250*time.Millisecond), 5*time.Millisecond))
+	case consumer.NotAnAttempt(r.Err):
+		m.outages++
+		f.later(m, retry.Backoff(w.cfg.backoffBase, w.cfg.backoffMax, m.outages))
 	default:
-	}
-	_ = f.sub.Close() // the session ends; what was not acked returns to the queue
-}
-
-// ack hands a settled delivery's tag to the acker; once the acker is gone, the
-// delivery returns to the queue with the channel.
-func (f *flow[V, T]) ack(d amqp091.Delivery) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if !f.acked {
-		f.acks <- d.DeliveryTag // the acker never takes mu: it drains
-	}
-}
-
-// acker acks settled tags: whatever is waiting is taken at once; the tags that
-// extend the contiguous settled prefix are acked with one multiple-ack of the
-// highest of them (every tag below it is settled), the others one by one.
-func (f *flow[V, T]) acker() {
-	defer close(f.done)
-	for tag := range f.acks {
-		batch := []uint64{tag}
-		for more := true; more; {
-			select {
-			case t, ok := <-f.acks:
-				if !ok {
-					more = false
-					break
-				}
-				batch = append(batch, t)
-			default:
-				more = false
-			}
+		m.tries++
+		attempts := attemptsOf(&m.d) + m.tries
+		if attempts >= w.maxAttempts {
+			f.exhausted(m, attempts, r)
+			f.release(m)
+			return
 		}
-		var through int64
-		for _, t := range batch {
-			through, _ = f.tags.Settle(int64(t))
-		}
-		var top uint64
-		var err error
-		for _, t := range batch {
-			switch {
-			case int64(t) <= through:
-				top = max(top, t)
-			case err == nil:
-				err = f.sub.Ack(t, false)
-			}
-		}
-		if top > 0 && err == nil {
-			err = f.sub.Ack(top, true)
-		}
-		if err != nil {
-			f.failed(fmt.Errorf("amqp: ack: %w", err))
-			continue
-		}
-		f.w.reportAck(consumer.AckEvent{Origin: consumer.Origin{Queue: f.w.topo.Queue, DeliveryTag: slices.Max(batch)},
-			Messages: len(batch)})
+		delay := w.topo.retryDelay(attempts, 0)
+		w.reportRetry(consumer.RetryEvent{Key: m.key, Origin: consumer.Origin(m.msg.Origin), Attempt: attempts, Delay: delay,
+			Kind: consumer.ErrorKind(r.Err), Err: r.Err})
+		f.later(m, delay)
 	}
 }
 
-// table reads AMQP headers as a consumer.Carrier (string values only).
-type table amqp091.Table
-
-func (t table) Get(key string) string {
-	s, _ := t[key].(string)
-	return s
-}
-
-func (t table) Keys() []string {
-	out := make([]string, 0, len(t))
-	for k := range t {
-		out = append(out, k)
-	}
-	return out
+// exhausted dead-letters m, still failing after attempts deliveries.
+func (f *flow[V, T]) exhausted(m *delivery[V, T], attempts int, r consumer.Result[T]) {
+	why := fmt.Errorf("still failing after %d deliveries: %w", attempts, r.Err)
+	f.spawn(func() {
+		f.deadLetter(m.ctx, m, attempts, consumer.DeadLetterKind(consumer.ErrAttemptsExhausted), r.Outcome, why)
+	})
 }

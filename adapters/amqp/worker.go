@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/internal/ordering"
 	"github.com/idemkit/idemkit/internal/retry"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 )
@@ -39,8 +40,13 @@ type Worker[V, T any] struct {
 	maxAttempts int
 	user, vhost string // from the URL, to name in errors
 	running     atomic.Bool
-	ready       atomic.Pointer[error] // what Ready reports; nil pointer: consuming
-	lost        bool                  // a session was lost and none consumes since (Run's goroutine only)
+	ready       atomic.Pointer[error]                // what Ready reports; nil pointer: consuming
+	lost        bool                                 // a session was lost and none consumes since (Run's goroutine only)
+	obs         []consumer.Observer                  // the store's observers
+	scope       string                               // the store's scope
+	hooks       hooks                                // which of the worker's events the observers take
+	lanes       *ordering.Sequencer[*delivery[V, T]] // ordered: the deliveries of each lane, across sessions
+	skipDecode  bool                                 // NewWorker: the handler reads the delivery, V is never used
 }
 
 // NewWorker returns a worker that runs handler on every delivery of topo.Queue on
@@ -50,10 +56,17 @@ func NewWorker[T any](store consumer.Store, url string, topo Topology,
 	if handler == nil {
 		return nil, configError("nil handler")
 	}
-	return NewTypedWorker(store, url, topo,
+	w, err := NewTypedWorker(store, url, topo,
 		func(d amqp091.Delivery) (amqp091.Delivery, error) { return d, nil },
-		func(ctx context.Context, d amqp091.Delivery, _ amqp091.Delivery) (T, error) { return handler(ctx, d) },
+		func(ctx context.Context, _ amqp091.Delivery, d amqp091.Delivery) (T, error) { return handler(ctx, d) },
 		opts...)
+	if err != nil {
+		return nil, err
+	}
+	// The handler takes the delivery itself: no decoded copy is kept, unless a
+	// key or an ordering of the decoded value reads one.
+	w.skipDecode = w.cfg.valueType == nil && w.cfg.ordering.vtype == nil
+	return w, nil
 }
 
 // NewTypedWorker is NewWorker with a decode step: a body that decode refuses goes
@@ -79,6 +92,9 @@ func NewTypedWorker[V, T any](store consumer.Store, url string, topo Topology, d
 	case cfg.valueType != nil && cfg.valueType != reflect.TypeFor[V]():
 		return nil, configError("WithValueKey takes a %v but the worker decodes %v", cfg.valueType, reflect.TypeFor[V]())
 	}
+	if err := cfg.ordering.validate(reflect.TypeFor[V]()); err != nil {
+		return nil, err
+	}
 	uri, err := amqp091.ParseURI(url)
 	if err != nil {
 		return nil, configError("broker URL: %v", err)
@@ -97,7 +113,11 @@ func NewTypedWorker[V, T any](store consumer.Store, url string, topo Topology, d
 		return nil, configError("%w", err)
 	}
 	w := &Worker[V, T]{url: url, store: store, topo: topo.withDefaults(), decode: decode, handle: handler, cfg: cfg,
-		log: cfg.logger, maxAttempts: cfg.maxAttempts, user: uri.Username, vhost: uri.Vhost}
+		log: cfg.logger, maxAttempts: cfg.maxAttempts, user: uri.Username, vhost: uri.Vhost,
+		obs: s.Observers, scope: s.Scope, hooks: hooksOf(s.Observers)}
+	if cfg.ordering.ordered() {
+		w.lanes = ordering.NewSequencer[*delivery[V, T]]()
+	}
 	w.notReady(errNotStarted)
 	if w.log == nil {
 		w.log = s.Logger
@@ -238,7 +258,7 @@ func (w *Worker[V, T]) session(ctx, work context.Context) error {
 				return errors.New("amqp: consumer channel closed")
 			}
 		}
-		if err := f.take(work, d); err != nil {
+		if err := f.take(&d); err != nil {
 			return err
 		}
 	}
@@ -293,15 +313,19 @@ const dialTimeout = 5 * time.Second
 var errDial = errors.New("amqp: dial")
 
 // prepare decodes d and finds its key.
-func (w *Worker[V, T]) prepare(d amqp091.Delivery) (V, consumer.Key, error) {
-	v, err := w.decode(d)
+func (w *Worker[V, T]) prepare(d *amqp091.Delivery) (V, consumer.Key, error) {
+	var v V
+	var err error
+	if !w.skipDecode {
+		v, err = w.decode(*d)
+	}
 	if err != nil {
 		return v, consumer.Key(d.MessageId), fmt.Errorf("%w: %v", ErrUndecodable, err)
 	}
 	var key consumer.Key
 	switch {
 	case w.cfg.keyFunc != nil:
-		key, err = w.cfg.keyFunc(d, v)
+		key, err = w.cfg.keyFunc(*d, v)
 	case w.cfg.keyHeader != "":
 		s, _ := d.Headers[w.cfg.keyHeader].(string)
 		key = consumer.Key(s)
@@ -338,7 +362,7 @@ func (p *publisher) seal() { p.sealed.Store(true) }
 // waits for the broker's confirm; an unroutable message is an error. With
 // bodyLessOK, a copy the broker refuses for its size is replaced by one without
 // the body and the message's own headers (bodyLess reports it).
-func (p *publisher) publish(ctx context.Context, queue string, d amqp091.Delivery, extra amqp091.Table, bodyLessOK bool) (bodyLess bool, err error) {
+func (p *publisher) publish(ctx context.Context, queue string, d *amqp091.Delivery, extra amqp091.Table, bodyLessOK bool) (bodyLess bool, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	headers := amqp091.Table{}
@@ -458,7 +482,7 @@ func tooLarge(err error) bool {
 }
 
 // attemptsOf reads the adapter's attempt header (0 when absent).
-func attemptsOf(d amqp091.Delivery) int {
+func attemptsOf(d *amqp091.Delivery) int {
 	switch v := d.Headers[HeaderAttempts].(type) {
 	case int8:
 		return int(v)

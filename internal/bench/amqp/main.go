@@ -9,7 +9,12 @@
 //     the ack (what users write without idemkit);
 //   - worker, 2 ms handler (a database write), prefetch and concurrency 256;
 //   - stall: the same with one message's handler blocked for 5 s: the time until
-//     every other message settled, against the 2 ms lane's.
+//     every other message settled, against the 2 ms lane's;
+//   - stall, paired: the 2 ms lane and the stall lane run at the same time, each
+//     on its own queue, so that the machine's noise falls on both: the time until
+//     every other message settled in the stall lane against the 2 ms lane's;
+//   - ordered: the 2 ms worker ordered by a header (WithOrdering(ByKeyHeader)),
+//     over 1,000 keys, against the unordered 2 ms lane.
 //
 // CPU per message from /proc: this process, redis-server (server us/msg) and, when
 // the broker runs on this machine, beam.smp. The broker is IDEMKIT_AMQP_URL or
@@ -18,10 +23,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -49,8 +57,17 @@ func main() {
 	n := flag.Int("n", 20000, "messages per lane")
 	reps := flag.Int("reps", 3, "repetitions")
 	stall := flag.Duration("stall", 5*time.Second, "how long the stalled message's handler blocks")
+	profile := flag.String("profile", "", "profile only this lane: raw (multiple-ack), noop, ordered or stall (with -cpuprofile, -memprofile)")
+	cpuprofile := flag.String("cpuprofile", "", "write the profiled lane's CPU profile here")
+	memprofile := flag.String("memprofile", "", "write the profiled lane's allocation profile here")
 	flag.Parse()
-	if err := run(*n, *reps, *stall); err != nil {
+	var err error
+	if *profile != "" {
+		err = profileLane(*n, *reps, *stall, *profile, *cpuprofile, *memprofile)
+	} else {
+		err = run(*n, *reps, *stall)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench-amqp:", err)
 		os.Exit(1)
 	}
@@ -66,27 +83,98 @@ type bench struct {
 	seq    int
 }
 
-func run(n, reps int, stall time.Duration) error {
+func newBench(n int) (*bench, func(), error) {
 	b := &bench{url: os.Getenv("IDEMKIT_AMQP_URL"), n: n, broker: brokerPid()}
 	if b.url == "" {
 		b.url = testenv.LocalAMQPURL
 	}
 	var err error
 	if b.conn, err = amqp091.Dial(b.url); err != nil {
-		return fmt.Errorf("no RabbitMQ at %s: %w", b.url, err)
+		return nil, nil, fmt.Errorf("no RabbitMQ at %s: %w", b.url, err)
 	}
-	defer b.conn.Close()
 	addr, _, stop, err := testenv.RedisForTool()
 	if err != nil {
-		return err
+		_ = b.conn.Close()
+		return nil, nil, err
 	}
-	defer stop()
 	calls := &testenv.CommandCounter{}
 	b.rdb = redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, PoolSize: 64})
-	defer b.rdb.Close()
 	b.rdb.AddHook(calls)
 	_, pid := benchkit.RedisInfo(context.Background(), b.rdb)
 	b.env = benchkit.Env{ServerPid: pid, Calls: calls}
+	return b, func() { _ = b.rdb.Close(); stop(); _ = b.conn.Close() }, nil
+}
+
+// profileLane runs one lane reps times under the CPU profiler (the queues are
+// filled first, out of the profile) and writes its profiles.
+func profileLane(n, reps int, stall time.Duration, lane, cpu, mem string) error {
+	b, done, err := newBench(n)
+	if err != nil {
+		return err
+	}
+	defer done()
+	fn := map[string]func(q string) error{
+		"raw":     func(q string) error { return b.raw(q, 256, true) },
+		"noop":    func(q string) error { return b.worker(q, 0, "", 0) },
+		"ordered": func(q string) error { return b.workerOrdered(q, 2*time.Millisecond) },
+		"stall": func(q string) error {
+			_, err := b.workerUntil(q, 2*time.Millisecond, "m-"+strconv.Itoa(n/3), stall, int64(n-1))
+			return err
+		},
+	}[lane]
+	if fn == nil {
+		return fmt.Errorf("-profile %q: give raw (multiple-ack), noop, ordered or stall", lane)
+	}
+	rate := runtime.MemProfileRate
+	runtime.MemProfileRate = 0 // filling the queues is not the lane's
+	var queues []idemamqp.Topology
+	for r := 0; r < reps; r++ {
+		q, err := b.queue(lane == "ordered")
+		if err != nil {
+			return err
+		}
+		defer func() { _ = q.Delete(b.conn) }()
+		queues = append(queues, q)
+	}
+	runtime.MemProfileRate = rate
+	if cpu != "" {
+		f, err := os.Create(cpu)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+	}
+	l := &benchkit.Lane{Name: "profiled: " + lane}
+	w0 := writes()
+	defer func() { fmt.Printf("write syscalls per message: %.3f\n", float64(writes()-w0)/float64(n*reps)) }()
+	for _, q := range queues {
+		if err := b.env.Measure(l, n, func() error { return fn(q.Queue) }); err != nil {
+			pprof.StopCPUProfile()
+			return err
+		}
+	}
+	pprof.StopCPUProfile()
+	benchkit.Table(os.Stdout, l, l)
+	if mem != "" {
+		f, err := os.Create(mem)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		return pprof.Lookup("allocs").WriteTo(f, 0)
+	}
+	return nil
+}
+
+func run(n, reps int, stall time.Duration) error {
+	b, done, err := newBench(n)
+	if err != nil {
+		return err
+	}
+	defer done()
 
 	fmt.Printf("idemkit RabbitMQ bench: %d messages per lane, private redis-server, %d repetitions\n", n, reps)
 	for r := 1; r <= reps; r++ {
@@ -107,9 +195,12 @@ func run(n, reps int, stall time.Duration) error {
 				stallOthers = d
 				return err
 			}},
+			{"worker, 2 ms, ordered by key (1,000)", func(q string) error {
+				return b.workerOrdered(q, 2*time.Millisecond)
+			}},
 		}
-		for _, s := range steps {
-			q, err := b.queue()
+		for i, s := range steps {
+			q, err := b.queue(i == len(steps)-1)
 			if err != nil {
 				return err
 			}
@@ -123,7 +214,7 @@ func run(n, reps int, stall time.Duration) error {
 			}
 			lanes = append(lanes, l)
 		}
-		ref, multi, noop, hand, slow := lanes[0], lanes[1], lanes[2], lanes[3], lanes[4]
+		ref, multi, noop, hand, slow, ordered := lanes[0], lanes[1], lanes[2], lanes[3], lanes[4], lanes[6]
 		fmt.Printf("\nrepetition %d\n", r)
 		benchkit.Table(os.Stdout, ref, lanes...)
 		fmt.Printf("%-40s", "broker (beam.smp) CPU us/msg:")
@@ -137,9 +228,17 @@ func run(n, reps int, stall time.Duration) error {
 		fmt.Printf("  no-op worker >= 0.75x the raw multiple-ack consumer:      %.2fx  %s\n",
 			noop.Rate()/multi.Rate(), benchkit.Verdict(noop.Rate() >= 0.75*multi.Rate()))
 		fmt.Printf("  hand-rolled lane vs the worker:                           %.2fx\n", hand.Rate()/noop.Rate())
+		fmt.Printf("  ordered by key (1,000 keys) vs unordered, 2 ms handler:  %.2fx\n", ordered.Rate()/slow.Rate())
 		ratio := stallOthers.Seconds() / slow.Elapsed.Seconds()
-		fmt.Printf("  stall: the others settled in %v against %v without it:  %.2fx  %s (<= 1.2x)\n",
+		fmt.Printf("  stall, lanes one after the other: the others settled in %v against %v without it:  %.2fx  %s (<= 1.2x)\n",
 			stallOthers.Round(time.Millisecond), slow.Elapsed.Round(time.Millisecond), ratio, benchkit.Verdict(ratio <= 1.2))
+		with, without, err := b.pairedStall(stall)
+		if err != nil {
+			return err
+		}
+		ratio = with.Seconds() / without.Seconds()
+		fmt.Printf("  stall, both lanes at once: the others settled in %v against %v without it:  %.2fx  %s (<= 1.2x)\n",
+			with.Round(time.Millisecond), without.Round(time.Millisecond), ratio, benchkit.Verdict(ratio <= 1.2))
 	}
 	return nil
 }
@@ -157,17 +256,21 @@ func brokerPid() int {
 	return pid
 }
 
-// queue declares a fresh topology and fills its work queue with n messages.
-func (b *bench) queue() (idemamqp.Topology, error) {
+// orderKeys is how many ordering keys the ordered lane's messages spread over.
+const orderKeys = 1000
+
+// queue declares a fresh topology and fills its work queue with n messages, each
+// with an ordering key header when keyed.
+func (b *bench) queue(keyed bool) (idemamqp.Topology, error) {
 	b.seq++
 	t := idemamqp.Topology{Queue: "idemkit-bench-" + strconv.Itoa(b.seq) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)}
 	if err := t.Declare(b.conn); err != nil {
 		return t, err
 	}
-	return t, b.publish(t.Queue)
+	return t, b.publish(t.Queue, keyed)
 }
 
-func (b *bench) publish(queue string) error {
+func (b *bench) publish(queue string, keyed bool) error {
 	ch, err := b.conn.Channel()
 	if err != nil {
 		return err
@@ -180,8 +283,11 @@ func (b *bench) publish(queue string) error {
 	body := []byte(`{"order":42,"items":3}`)
 	var last *amqp091.DeferredConfirmation
 	for i := 0; i < b.n; i++ {
-		c, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", queue, false, false,
-			amqp091.Publishing{MessageId: "m-" + strconv.Itoa(i), Body: body})
+		msg := amqp091.Publishing{MessageId: "m-" + strconv.Itoa(i), Body: body}
+		if keyed {
+			msg.Headers = amqp091.Table{"k": "k-" + strconv.Itoa(i%orderKeys)}
+		}
+		c, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", queue, false, false, msg)
 		if err != nil {
 			return err
 		}
@@ -267,14 +373,45 @@ func (b *bench) handRolled(queue string) error {
 	})
 }
 
+// pairedStall runs the 2 ms lane and the stall lane at the same time, each on a
+// queue of its own, so that whatever else the machine does falls on both alike:
+// it returns the time until every message but the stalled one settled in the
+// stall lane and the time until every message settled in the other.
+func (b *bench) pairedStall(stall time.Duration) (with, without time.Duration, err error) {
+	plain, err := b.queue(false)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer func() { _ = plain.Delete(b.conn) }()
+	stalled, err := b.queue(false)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer func() { _ = stalled.Delete(b.conn) }()
+	errs := make(chan error, 1)
+	go func() {
+		var err error
+		without, err = b.workerUntil(plain.Queue, 2*time.Millisecond, "", 0, int64(b.n))
+		errs <- err
+	}()
+	with, err = b.workerUntil(stalled.Queue, 2*time.Millisecond, "m-"+strconv.Itoa(b.n/3), stall, int64(b.n-1))
+	return with, without, errors.Join(err, <-errs)
+}
+
 func (b *bench) worker(queue string, wait time.Duration, stallID string, stall time.Duration) error {
 	_, err := b.workerUntil(queue, wait, stallID, stall, int64(b.n))
 	return err
 }
 
+func (b *bench) workerOrdered(queue string, wait time.Duration) error {
+	_, err := b.workerUntil(queue, wait, "", 0, int64(b.n), idemamqp.WithOrdering(idemamqp.ByKeyHeader("k")))
+	return err
+}
+
 // workerUntil runs the worker over queue until every message settled, and
 // returns when until of them had.
-func (b *bench) workerUntil(queue string, wait time.Duration, stallID string, stall time.Duration, until int64) (time.Duration, error) {
+func (b *bench) workerUntil(queue string, wait time.Duration, stallID string, stall time.Duration, until int64,
+	opts ...idemamqp.Option) (time.Duration, error) {
 	done := &settled{}
 	store, err := redisstore.NewStore(b.rdb, consumer.WithPrefix("idemkit-bench-amqp-"+queue), consumer.WithScope("bench"),
 		consumer.WithObserver(done))
@@ -300,8 +437,8 @@ func (b *bench) workerUntil(queue string, wait time.Duration, stallID string, st
 			}
 			return struct{}{}, nil
 		},
-		idemamqp.WithPrefetch(256), idemamqp.WithDeclare(false),
-		idemamqp.WithShutdownGrace(stall+time.Second))
+		append([]idemamqp.Option{idemamqp.WithPrefetch(256), idemamqp.WithDeclare(false),
+			idemamqp.WithShutdownGrace(stall + time.Second)}, opts...)...)
 	if err != nil {
 		return 0, err
 	}
@@ -326,4 +463,19 @@ func (b *bench) workerUntil(queue string, wait time.Duration, stallID string, st
 	}
 	cancel()
 	return reached, <-stopped
+}
+
+// writes is this process's count of write system calls (/proc/self/io syscw).
+func writes() int64 {
+	b, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "syscw: "); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	return 0
 }
