@@ -122,3 +122,13 @@ down:
 
 clean:
 	rm -rf bin
+
+.PHONY: screenshots bench-ui
+
+## screenshots: drive the operator UI in chromium (admin/ui/browsertest) and save a screenshot of each page in docs/ui
+screenshots:
+	cd admin/ui/browsertest && IDEMKIT_UI_SCREENSHOTS=$(CURDIR)/docs/ui $(GO) test -count=1 -run '^TestBrowser$$' .
+
+## bench-ui: server time of the UI's overview and of a 100-record page on Redis with 1,000,000 records, 3 repetitions
+bench-ui:
+	IDEMKIT_UI_BENCH_RECORDS=1000000 $(GO) test -run '^$$' -bench '^BenchmarkPages$$' -benchtime 30x -count 3 -timeout 30m ./admin/ui/

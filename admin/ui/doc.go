@@ -25,11 +25,16 @@
 //
 // # Counting
 //
-// The overview counts with admin.Inspector.Stats, at most WithSample records
-// (default 10,000) per view: on a store of more records the counts are those of a
-// sample, marked as such, with the number of keys the server holds when the store
-// can say (Redis). A scan's order has nothing to do with a record's state or age,
-// so a sample's proportions hold for the whole; a full count is idemkit stats.
+// A view of the overview counts at most WithSample records itself (default
+// 2,000) with admin.Inspector.Stats, so it costs a couple of bounded scan steps
+// on any store. A store of no more records gets exact, live counts on every
+// view. A larger one is counted in full in the background, one count at a time,
+// started by the first view that needs it and again by the first view that finds
+// the last one older than WithCountEvery (default 1m); the overview shows the
+// newest full count with its age, and until the first one is done, the view's
+// sample, marked as one (a scan's order has nothing to do with a record's state
+// or age, so a sample's proportions hold for the whole), with the number of keys
+// the server holds when the store can say (Redis). Close stops a running count.
 //
 // # Changes
 //

@@ -30,6 +30,7 @@ type Handler struct {
 	cfg   cfg
 	pages map[string]*template.Template
 	serve http.Handler
+	count *counter
 
 	mu  sync.Mutex
 	log []action // newest first, at most maxActions
@@ -53,7 +54,7 @@ func New(in *admin.Inspector, opts ...Opt) (*Handler, error) {
 	if in == nil {
 		return nil, errors.New("ui: nil inspector: pass the one admin.New returns")
 	}
-	c := cfg{refresh: 15 * time.Second}
+	c := cfg{refresh: 15 * time.Second, countEvery: time.Minute}
 	for _, o := range opts {
 		if o == nil {
 			return nil, errors.New("ui: nil option")
@@ -63,7 +64,7 @@ func New(in *admin.Inspector, opts ...Opt) (*Handler, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	h := &Handler{in: in, cfg: c, pages: make(map[string]*template.Template)}
+	h := &Handler{in: in, cfg: c, pages: make(map[string]*template.Template), count: newCounter(in, c.countEvery)}
 	for _, name := range []string{"overview", "records", "record", "done", "preview", "plans", "plan", "error"} {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html")
 		if err != nil {
@@ -99,6 +100,13 @@ func New(in *admin.Inspector, opts ...Opt) (*Handler, error) {
 	}
 	h.serve = inner
 	return h, nil
+}
+
+// Close stops the overview's background count, if one runs, and waits for it.
+// The handler goes on serving; views no longer start background counts.
+func (h *Handler) Close() error {
+	h.count.close()
+	return nil
 }
 
 // ServeHTTP serves the pages under the handler's prefix.

@@ -24,16 +24,17 @@ func (f optFunc) apply(c *cfg) { f(c) }
 type ActorFunc func(*http.Request) (string, error)
 
 type cfg struct {
-	prefix   string
-	actor    ActorFunc
-	plans    fs.FS
-	sample   int
-	refresh  time.Duration
-	bulkMax  int
-	maxPage  int
-	examine  int
-	logger   *slog.Logger
-	problems []string
+	prefix     string
+	actor      ActorFunc
+	plans      fs.FS
+	sample     int
+	countEvery time.Duration
+	refresh    time.Duration
+	bulkMax    int
+	maxPage    int
+	examine    int
+	logger     *slog.Logger
+	problems   []string
 }
 
 // WithPrefix is the path the handler is mounted under ("/idemkit" for
@@ -58,12 +59,24 @@ func WithPlans(fsys fs.FS) Opt {
 	return optFunc(func(c *cfg) { c.plans = fsys })
 }
 
-// WithSample is how many records the overview counts per request at most
-// (admin.StatsQuery.MaxRecords): past it, the counts are those of a sample and
-// the page says so. Default 10,000, which keeps the overview within tens of
-// milliseconds on a store of millions of records.
+// WithSample is how many records one view of the overview counts itself at
+// most (admin.StatsQuery.MaxRecords). A store of no more records gets exact,
+// live counts on every view; a larger one is counted in full in the background
+// (see WithCountEvery), and until the first full count is done the view shows
+// the counts of its sample, marked as such. Default 2,000: a view stays within
+// a few milliseconds of two scan steps on any store.
 func WithSample(n int) Opt {
 	return optFunc(func(c *cfg) { c.sample = n })
+}
+
+// WithCountEvery is how old the overview's full count of a large store (more
+// records than WithSample) may get: the first view that finds it older starts
+// the next one in the background, one at a time, and shows the old one with its
+// age meanwhile. 0 turns background counts off: the overview then shows only
+// its sample on a large store. Default 1m. A full count reads every record with
+// bounded scan steps (admin.Inspector.Stats); Close stops a running one.
+func WithCountEvery(d time.Duration) Opt {
+	return optFunc(func(c *cfg) { c.countEvery = d })
 }
 
 // WithRefresh is how often the overview reloads itself in the browser; 0 turns
@@ -103,7 +116,9 @@ func (c *cfg) validate() error {
 	case !prefixRE.MatchString(c.prefix):
 		return fmt.Errorf("ui: prefix %q: give a path of plain segments starting with a slash, like /idemkit", c.prefix)
 	case c.sample < 0:
-		return fmt.Errorf("ui: sample %d: give 0 (the default, 10,000) or more", c.sample)
+		return fmt.Errorf("ui: sample %d: give 0 (the default, 2,000) or more", c.sample)
+	case c.countEvery < 0:
+		return fmt.Errorf("ui: count every %v: give 0 (no background counts) or more", c.countEvery)
 	case c.refresh < 0:
 		return fmt.Errorf("ui: refresh %v: give 0 (off) or more", c.refresh)
 	case c.refresh > 0 && c.refresh < time.Second:
@@ -112,7 +127,7 @@ func (c *cfg) validate() error {
 		return fmt.Errorf("ui: bulk max %d: give 0 (the default, %d) or more", c.bulkMax, admin.DefaultBulkMax)
 	}
 	if c.sample == 0 {
-		c.sample = 10_000
+		c.sample = 2000
 	}
 	if c.bulkMax == 0 {
 		c.bulkMax = admin.DefaultBulkMax

@@ -36,7 +36,8 @@ type scopeRow struct {
 }
 
 func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
-	st, err := h.in.Stats(r.Context(), admin.StatsQuery{MaxRecords: h.cfg.sample})
+	cs, err := h.count.get(r.Context(), h.cfg.sample)
+	st := cs.Stats
 	if err != nil {
 		h.storeFailed(w, r, err)
 		return
@@ -64,6 +65,7 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 	}
 	h.render(w, "overview", http.StatusOK, view{Title: "Overview", Nav: "overview", Refresh: int(h.cfg.refresh / time.Second), D: struct {
 		Stats      admin.Stats
+		Counts     counts
 		Sample     int
 		Scopes     []scopeRow
 		OldestLink template.URL
@@ -72,7 +74,7 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 		StaleLink  template.URL
 		KindLink   func(string) template.URL
 		ScopeLink  func(string, string) template.URL
-	}{st, h.cfg.sample, rows, oldest, notes, h.actions(), h.link("/records", url.Values{"stale": {"1"}}),
+	}{st, cs, h.cfg.sample, rows, oldest, notes, h.actions(), h.link("/records", url.Values{"stale": {"1"}}),
 		func(k string) template.URL { return h.link("/records", url.Values{"kind": {k}}) },
 		func(scope, state string) template.URL {
 			return h.link("/records", url.Values{"scope": {scope}, "state": {state}})

@@ -29,7 +29,7 @@ of yours behind its authentication, with ui.WithActor naming the person.`
 func (a *app) uiCmd() *cobra.Command {
 	var listen, actor, plans string
 	var allow bool
-	var refresh time.Duration
+	var refresh, countEvery time.Duration
 	var sample int
 	c := &cobra.Command{
 		Use:   "ui [--listen ADDR] [--allow-changes] [--plans DIR]",
@@ -37,7 +37,7 @@ func (a *app) uiCmd() *cobra.Command {
 		Long:  uiHelp,
 		Args:  exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			opts := []ui.Opt{ui.WithRefresh(refresh), ui.WithSample(sample)}
+			opts := []ui.Opt{ui.WithRefresh(refresh), ui.WithSample(sample), ui.WithCountEvery(countEvery)}
 			if plans != "" {
 				if st, err := os.Stat(plans); err != nil || !st.IsDir() {
 					return usagef("--plans %q: give a directory that holds the files idemkit plan --out wrote", plans)
@@ -72,6 +72,7 @@ func (a *app) uiCmd() *cobra.Command {
 			if err != nil {
 				return usageError{err}
 			}
+			defer h.Close()
 			ln, err := net.Listen("tcp", listen)
 			if err != nil {
 				return usagef("--listen %q: %v", listen, err)
@@ -100,7 +101,8 @@ func (a *app) uiCmd() *cobra.Command {
 	f.StringVar(&actor, "actor", env("USER", ""), "who makes the changes, recorded in each (default $USER)")
 	f.StringVar(&plans, "plans", "", "a directory of replay plans (idemkit plan --out) to show, read-only")
 	f.DurationVar(&refresh, "refresh", 15*time.Second, "how often the overview reloads itself; 0 turns it off")
-	f.IntVar(&sample, "sample", 10_000, "the most records the overview counts per view (past it, the counts are a sample and say so)")
+	f.IntVar(&sample, "sample", 2000, "the most records one view of the overview counts itself; a larger store is counted in full in the background")
+	f.DurationVar(&countEvery, "count-every", time.Minute, "how old the overview's background full count may get before a view starts the next; 0: no full counts, samples only")
 	return c
 }
 

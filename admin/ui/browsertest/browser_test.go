@@ -148,6 +148,7 @@ func TestBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = h.Close() })
 	mux := http.NewServeMux()
 	mux.Handle("/idemkit/", h)
 	srv := httptest.NewServer(mux)

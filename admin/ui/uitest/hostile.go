@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"testing/fstest"
+	"time"
 
 	"github.com/idemkit/idemkit/admin/admintest"
 	"github.com/idemkit/idemkit/admin/ui"
@@ -89,10 +90,12 @@ func testHostile(t *testing.T, fx admintest.Fixtures) {
 }
 
 // testBounded: a request for a 10,000-record page shows at most 500 records,
-// says so, and continues with the store's cursor.
+// says so, and continues with the store's cursor; the overview of a store
+// larger than its sample shows the sample, marked, then the full count made in
+// the background, with its age.
 func testBounded(t *testing.T, fx admintest.Fixtures) {
-	e := newEnv(t, fx)
-	ks := keys("many", 520)
+	e := newEnv(t, fx, ui.WithSample(100), ui.WithCountEvery(time.Hour))
+	ks := keys("many", 1100)
 	claims := make([]consumer.Claim, len(ks))
 	for i, k := range ks {
 		claims[i] = consumer.Claim{Key: k, Owner: "w", Start: true}
@@ -139,6 +142,36 @@ func testBounded(t *testing.T, fx admintest.Fixtures) {
 	}
 	if len(seen) != len(ks) {
 		t.Errorf("paging through the listing found %d of %d records", len(seen), len(ks))
+	}
+
+	first := section(t, e.get(prefix+"/", http.StatusOK), "counted")
+	if !strings.Contains(first, "Sampled:") || strings.Contains(first, "1100") {
+		t.Errorf("the first view of a store larger than the sample:\n%s", first)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for !strings.Contains(section(t, e.get(prefix+"/", http.StatusOK), "counted"), "Full count of 1100 records") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no full count within a minute:\n%s", section(t, e.get(prefix+"/", http.StatusOK), "counted"))
+		}
+		time.Sleep(20 * time.Millisecond) // polling for the condition, with the deadline above
+	}
+	if rep := e.store.Begin(t.Context(), []consumer.Claim{{Key: "one-more", Owner: "w", Start: true}})[0]; !rep.Claimed() {
+		t.Fatalf("claim: %+v", rep)
+	}
+	if got := section(t, e.get(prefix+"/", http.StatusOK), "counted"); !strings.Contains(got, "Full count of 1100 records, finished") {
+		t.Errorf("a full count younger than WithCountEvery is not shown:\n%s", got)
+	}
+	if got := section(t, e.get(prefix+"/records?limit=2000&key=one-", http.StatusOK), "records"); !strings.Contains(got, "one-more") {
+		t.Errorf("the records page is not live")
+	}
+	off, err := ui.New(e.in, ui.WithPrefix(prefix), ui.WithSample(100), ui.WithCountEvery(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer off.Close()
+	e.h = off
+	if got := section(t, e.get(prefix+"/", http.StatusOK), "counted"); !strings.Contains(got, "Sampled:") || !strings.Contains(got, "Full counts are off") {
+		t.Errorf("background counts are off:\n%s", got)
 	}
 }
 

@@ -85,6 +85,7 @@ func newEnv(t *testing.T, fx admintest.Fixtures, opts ...ui.Opt) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = h.Close() })
 	return &env{t: t, store: s, in: in, h: h}
 }
 
