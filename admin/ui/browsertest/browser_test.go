@@ -320,7 +320,7 @@ func writePlan(t *testing.T, s consumer.Store, dir string) {
 	t.Helper()
 	var lines []string
 	for _, k := range []string{"order-001", "order-002", "invoice-001", "invoice-002", "invoice-003", "refund-007", "order-999", ""} {
-		lines = append(lines, fmt.Sprintf(`{"key":%q,"payload":{"n":1}}`, k))
+		lines = append(lines, fmt.Sprintf(`{"key":%q,"payload":%q}`, k, k)) // the payloads the records were made with
 	}
 	src := replay.NewJSONL("orders-replay.jsonl", strings.NewReader(strings.Join(lines, "\n")+"\n"))
 	p, err := replay.Plan(context.Background(), s, src)
