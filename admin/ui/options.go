@@ -34,7 +34,6 @@ type cfg struct {
 	maxPage    int
 	examine    int
 	logger     *slog.Logger
-	problems   []string
 }
 
 // WithPrefix is the path the handler is mounted under ("/idemkit" for
