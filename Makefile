@@ -127,6 +127,7 @@ clean:
 ## profile-kafka: CPU and allocation profiles of the Kafka adapter's no-op lane: pprof top 20, CPU split adapter / engine / clients / runtime
 profile-kafka:
 	GO=$(GO) bash internal/bench/kafka/profile.sh
+
 PROFILE_DIR ?= $(or $(TMPDIR),/tmp)
 
 ## profile-amqp: CPU and allocation profiles of the RabbitMQ worker's no-op lane (3 repetitions), top 20 of each
@@ -135,3 +136,12 @@ profile-amqp:
 	$(GO) run ./internal/bench/amqp -profile noop -cpuprofile $(PROFILE_DIR)/amqp-noop.cpu -memprofile $(PROFILE_DIR)/amqp-noop.mem
 	$(GO) tool pprof -top -nodecount=20 $(PROFILE_DIR)/amqp-noop.cpu
 	$(GO) tool pprof -sample_index=alloc_space -top -nodecount=20 $(PROFILE_DIR)/amqp-noop.mem
+.PHONY: screenshots bench-ui
+
+## screenshots: drive the operator UI in chromium (admin/ui/browsertest) and save a screenshot of each page in docs/ui
+screenshots:
+	cd admin/ui/browsertest && IDEMKIT_UI_SCREENSHOTS=$(CURDIR)/docs/ui $(GO) test -count=1 -run '^TestBrowser$$' .
+
+## bench-ui: server time of the UI's overview and of a 100-record page on Redis with 1,000,000 records, 3 repetitions
+bench-ui:
+	IDEMKIT_UI_BENCH_RECORDS=1000000 $(GO) test -run '^$$' -bench '^BenchmarkPages$$' -benchtime 30x -count 3 -timeout 30m ./admin/ui/

@@ -103,6 +103,25 @@ type Plan struct {
 	made    bool
 }
 
+// Target is one record a plan would change, as the preview saw it.
+type Target struct {
+	Key   consumer.Key
+	State string
+	Fence int64
+}
+
+// Targets returns the records p would change (at most Bulk.Max of them), each
+// with the state and fence the preview saw, in listing order. A caller that
+// shows a plan and executes it later can compare them with a fresh preview's, so
+// nothing is changed that the operator was not shown.
+func (p Plan) Targets() []Target {
+	out := make([]Target, len(p.targets))
+	for i, t := range p.targets {
+		out[i] = Target{Key: t.key, State: t.state, Fence: t.fence}
+	}
+	return out
+}
+
 // target is one record of a plan, as the preview saw it.
 type target struct {
 	key   consumer.Key

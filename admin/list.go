@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -21,6 +22,15 @@ type Query struct {
 	States []string
 	// OlderThan keeps records that have been in their state at least this long; 0 keeps all.
 	OlderThan time.Duration
+	// OwnerPrefix keeps records whose owner token starts with this ("" keeps all).
+	OwnerPrefix string
+	// KeyPrefix keeps records whose key starts with this ("" keeps all).
+	KeyPrefix string
+	// LeaseRanOut keeps only started records whose lease has run out (Record.Stale).
+	LeaseRanOut bool
+	// ErrorKind keeps only failed records that failed this way: KindPermanent or
+	// KindExhausted (any case); "" keeps all.
+	ErrorKind string
 	// Limit ends the page at this many records. Default 100.
 	Limit int
 	// Cursor is "" to start, then the previous page's Next.
@@ -50,6 +60,8 @@ func (q *Query) check() error {
 	switch {
 	case q.OlderThan < 0:
 		return invalid("older than %v: give 0 or more", q.OlderThan)
+	case !validKind(q.ErrorKind):
+		return invalid("error kind %q: give %s or %s", q.ErrorKind, KindPermanent, KindExhausted)
 	case q.Limit < 0, q.ScanCount < 0, q.MaxExamined < 0:
 		return invalid("limit %d, scan count %d, max examined %d: give 0 (the default) or more", q.Limit, q.ScanCount, q.MaxExamined)
 	}
@@ -91,7 +103,36 @@ func (q *Query) keep(r Record) bool {
 			return false
 		}
 	}
+	if q.OwnerPrefix != "" || q.KeyPrefix != "" || q.LeaseRanOut || q.ErrorKind != "" {
+		switch {
+		case r.Corrupt != "":
+			return false
+		case !strings.HasPrefix(r.Owner, q.OwnerPrefix), !strings.HasPrefix(string(r.Key), q.KeyPrefix):
+			return false
+		case q.LeaseRanOut && !r.Stale():
+			return false
+		case q.ErrorKind != "" && errorKind(r) != strings.ToLower(strings.TrimSpace(q.ErrorKind)):
+			return false
+		}
+	}
 	return q.OlderThan == 0 || (r.Corrupt == "" && r.Age >= q.OlderThan)
+}
+
+func validKind(k string) bool {
+	k = strings.ToLower(strings.TrimSpace(k))
+	return k == "" || k == KindPermanent || k == KindExhausted
+}
+
+// errorKind is how a failed record failed (KindPermanent or KindExhausted), and
+// "" for a record in another state.
+func errorKind(r Record) string {
+	switch {
+	case r.State != "failed" || r.Corrupt != "":
+		return ""
+	case r.Permanent:
+		return KindPermanent
+	}
+	return KindExhausted
 }
 
 // List returns one page of the records that q selects. A page's cursor names the
@@ -165,6 +206,16 @@ type StatsQuery struct {
 	MaxRecords int
 	// ScanCount is how many keys one scan step examines. Default 1000.
 	ScanCount int
+	// MaxNotes is how many of the newest operator notes Stats.Notes keeps.
+	// Default 20.
+	MaxNotes int
+}
+
+// ScopedNote is one operator note with the record it is in.
+type ScopedNote struct {
+	Scope string
+	Key   consumer.Key
+	consumer.OperatorNote
 }
 
 // Stats are the counts of records by state.
@@ -179,6 +230,14 @@ type Stats struct {
 	Stale int
 	// OldestStarted is the started record longest in its state; nil when none.
 	OldestStarted *Record
+	// ByScope maps each scope to its records' counts by state (and "corrupt").
+	ByScope map[string]map[string]int
+	// FailedByKind maps each error kind of the failed records (KindPermanent,
+	// KindExhausted) to their number.
+	FailedByKind map[string]int
+	// Notes are the newest operator notes of the counted records (at most
+	// MaxNotes), newest first.
+	Notes []ScopedNote
 	// Sampled says the count stopped at MaxRecords before the scan was complete:
 	// Counts are then those of a sample (SCAN's order has nothing to do with a
 	// record's state or age, so proportions hold for the whole).
@@ -193,16 +252,20 @@ type Stats struct {
 // Stats counts records by state, with bounded scan steps.
 func (in *Inspector) Stats(ctx context.Context, q StatsQuery) (Stats, error) {
 	switch {
-	case q.MaxRecords < 0, q.ScanCount < 0:
-		return Stats{}, invalid("max records %d, scan count %d: give 0 (the default) or more", q.MaxRecords, q.ScanCount)
+	case q.MaxRecords < 0, q.ScanCount < 0, q.MaxNotes < 0:
+		return Stats{}, invalid("max records %d, scan count %d, max notes %d: give 0 (the default) or more", q.MaxRecords, q.ScanCount, q.MaxNotes)
 	case q.MaxRecords == 0:
 		q.MaxRecords = 1_000_000
+	}
+	if q.MaxNotes == 0 {
+		q.MaxNotes = 20
 	}
 	if q.ScanCount == 0 {
 		q.ScanCount = consumer.DefaultScanCount
 	}
 	start := time.Now()
-	st := Stats{Scope: q.Scope, Counts: make(map[string]int), KeysOnServer: -1}
+	st := Stats{Scope: q.Scope, Counts: make(map[string]int), KeysOnServer: -1, ByScope: make(map[string]map[string]int),
+		FailedByKind: make(map[string]int)}
 	if kc, ok := in.store.(KeyCounter); ok {
 		if n, err := kc.KeyCount(ctx); err == nil {
 			st.KeysOnServer = n
@@ -217,11 +280,22 @@ func (in *Inspector) Stats(ctx context.Context, q StatsQuery) (Stats, error) {
 		for _, a := range sp.Records {
 			r := view(a)
 			st.Records++
+			state := r.State
 			if r.Corrupt != "" {
-				st.Counts["corrupt"]++
+				state = "corrupt"
+			}
+			st.Counts[state]++
+			if st.ByScope[r.Scope] == nil {
+				st.ByScope[r.Scope] = make(map[string]int)
+			}
+			st.ByScope[r.Scope][state]++
+			if r.Corrupt != "" {
 				continue
 			}
-			st.Counts[r.State]++
+			if k := errorKind(r); k != "" {
+				st.FailedByKind[k]++
+			}
+			st.Notes = newestNotes(st.Notes, r, q.MaxNotes)
 			if r.State != "started" {
 				continue
 			}
@@ -245,4 +319,22 @@ func (in *Inspector) Stats(ctx context.Context, q StatsQuery) (Stats, error) {
 	}
 	st.Elapsed = time.Since(start)
 	return st, nil
+}
+
+// newestNotes adds r's notes to notes, newest first, keeping at most n.
+func newestNotes(notes []ScopedNote, r Record, n int) []ScopedNote {
+	for _, note := range r.Notes {
+		i := len(notes)
+		for i > 0 && note.Time.After(notes[i-1].Time) {
+			i--
+		}
+		if i >= n {
+			break // r's notes are newest first: the rest are older still
+		}
+		notes = slices.Insert(notes, i, ScopedNote{Scope: r.Scope, Key: r.Key, OperatorNote: note})
+		if len(notes) > n {
+			notes = notes[:n]
+		}
+	}
+	return notes
 }

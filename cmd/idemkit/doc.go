@@ -31,6 +31,9 @@
 //	                                 run CMD once per message whose key is not done
 //	redrive (--topic DLQ | --queue DLQ) [--rerun --reason TEXT] [--execute]
 //	                                 move Kafka or RabbitMQ dead letters back to their source
+//	ui [--listen ADDR] [--allow-changes] [--plans DIR]
+//	                                 serve the operator web UI (package admin/ui), read-only
+//	                                 unless --allow-changes (loopback only, needs --scope)
 //
 // unstick, forget and rerun record "<op> by <actor>: <reason>" in the record's
 // history; the actor is --actor, else $USER. --fence makes a change conditional on

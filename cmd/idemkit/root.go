@@ -181,7 +181,7 @@ func (a *app) root() *cobra.Command {
 		a.changeCmd(consumer.OpUnstick, "end a started claim whose owner is gone: the next delivery runs the key", (*admin.Inspector).Unstick),
 		a.changeCmd(consumer.OpForget, "remove a record but keep its fence: the next delivery runs the key afresh", (*admin.Inspector).Forget),
 		a.changeCmd(consumer.OpRerun, "let a completed or failed key run once more at its next delivery", (*admin.Inspector).Rerun),
-		a.keygenCmd(), a.benchCmd(), a.planCmd(), a.replayCmd(), a.redriveCmd())
+		a.keygenCmd(), a.benchCmd(), a.planCmd(), a.replayCmd(), a.redriveCmd(), a.uiCmd())
 	return root
 }
 
