@@ -177,7 +177,7 @@ func (r *rig) repetition(rep, n, bn int) error {
 	fmt.Println()
 	fmt.Println("  store calls per message (counted by an observer; Redis commands are in calls/msg):")
 	for i, ln := range []*benchkit.Lane{&l.batch, &l.two, &l.pipe, &l.slowBatch, &l.slowPipe} {
-		c := counts[i+5]
+		c := counts[i+4]
 		fmt.Printf("    %-40s claim calls %.4f  settle calls %.4f  (%d settle calls)\n", ln.Name,
 			float64(c.claims)/float64(ln.Msgs), float64(c.settles)/float64(ln.Msgs), c.settles)
 	}
