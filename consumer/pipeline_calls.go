@@ -51,14 +51,16 @@ func (p *Pipeline[T]) kickLocked() {
 	p.armLocked()
 }
 
-// armLocked arms the timer for the earliest gather deadline of what waits, unless
-// it is armed for that already or sooner. p.mu is held.
+// armLocked arms the timer for the earliest gather deadline of what waits for a
+// call that may go, unless it is armed for that already or sooner. A call that
+// may not go (its calls are all under way) needs no timer: the end of one wakes
+// the loop. p.mu is held.
 func (p *Pipeline[T]) armLocked() {
 	at := int64(0)
-	if p.claimSince > 0 {
+	if p.claimSince > 0 && p.claimCalls < p.cfg.calls {
 		at = p.claimSince + p.claimGather
 	}
-	if len(p.settling) > 0 && (at == 0 || p.settleSince+p.settleGather < at) {
+	if len(p.settling) > 0 && p.settleCalls < p.cfg.calls && (at == 0 || p.settleSince+p.settleGather < at) {
 		at = p.settleSince + p.settleGather
 	}
 	if at == 0 || p.timerAt < 0 || p.timerAt > 0 && p.timerAt <= at {
