@@ -274,9 +274,29 @@ func (k *keeper) lose(l *lease, reason string) {
 func (k *keeper) finish(l *lease) *LeaseLostError {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	k.finishLocked(l)
+	return l.lost
+}
+
+// finishLocked is finish with k.mu held. Once finished, a lease is never written
+// by the keeper again: its lost is final.
+func (k *keeper) finishLocked(l *lease) {
 	l.done = true
 	k.dropLocked(l)
-	return l.lost
+}
+
+// state reports, under one lock, whether l was lost and whether its local
+// deadline is still ahead.
+func (k *keeper) state(l *lease) (lost *LeaseLostError, live bool) {
+	now := mono(time.Now())
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return l.lost, k.liveLocked(l, now)
+}
+
+// liveLocked is live at now with k.mu held.
+func (k *keeper) liveLocked(l *lease, now int64) bool {
+	return l.lost == nil && now < l.deadline
 }
 
 // lostErr reports whether l was lost.
@@ -284,13 +304,6 @@ func (k *keeper) lostErr(l *lease) *LeaseLostError {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return l.lost
-}
-
-// live reports whether l's local deadline is still ahead.
-func (k *keeper) live(l *lease) bool {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return l.lost == nil && mono(time.Now()) < l.deadline
 }
 
 // stop ends the renewals and the guard, and waits for a renewal in flight (each is

@@ -261,7 +261,7 @@ func (p *Pipeline[T]) readyLocked(it *pitem[T], first bool) {
 
 // finish answers it, lets the next message of its key go, and frees its slot.
 func (p *Pipeline[T]) finish(it *pitem[T], r Result[T]) {
-	if it.lease.claim != nil {
+	if it.lease.claim != nil && !it.lease.done { // settling finished it, in this goroutine
 		p.keep.finish(&it.lease)
 	}
 	it.lease.cancel(context.Canceled)
