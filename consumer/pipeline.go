@@ -170,10 +170,10 @@ func NewPipeline[T any](ctx context.Context, store Store, opts ...PipelineOption
 		return nil, configError("a store with WithLock runs handlers one by one under their locks: use ExecuteIdempotently")
 	}
 	p := &Pipeline[T]{
-		engine: engine{store: store, s: s, keep: newKeeper(ctx, store, s), source: cfg.source},
-		cfg:    cfg,
+		engine:      engine{store: store, s: s, keep: newKeeper(ctx, store, s), source: cfg.source},
+		cfg:         cfg,
 		claimGather: int64(min(time.Millisecond, s.Lease/100)),
-		slots:  make(chan struct{}, cfg.window), runq: make(chan *pitem[T], cfg.window),
+		slots:       make(chan struct{}, cfg.window), runq: make(chan *pitem[T], cfg.window),
 		inflight: make(map[Key]*pitem[T]),
 		wake:     make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{}),
 	}
@@ -198,11 +198,15 @@ func (p *Pipeline[T]) Submit(ctx context.Context, it PipelineItem[T]) error {
 		return configError("pipeline item without Run or Done")
 	}
 	select {
-	case p.slots <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-p.quit:
-		return ErrPipelineStopped
+	case p.slots <- struct{}{}: // a free slot: no need to watch ctx and quit
+	default:
+		select {
+		case p.slots <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-p.quit:
+			return ErrPipelineStopped
+		}
 	}
 	if err := it.Key.Validate(); err != nil {
 		<-p.slots
@@ -261,6 +265,41 @@ func (p *Pipeline[T]) readyLocked(it *pitem[T], first bool) {
 
 // finish answers it, lets the next message of its key go, and frees its slot.
 func (p *Pipeline[T]) finish(it *pitem[T], r Result[T]) {
+	p.answer(it, r)
+	p.mu.Lock()
+	unrun := p.nextLocked(it)
+	p.mu.Unlock()
+	<-p.slots
+	p.items.Done()
+	if unrun != nil {
+		p.finish(unrun, notRun[T](unrun.Key, ErrPipelineStopped))
+	}
+}
+
+// finishAll is finish for each of its (a settle call's), with one lock.
+func (p *Pipeline[T]) finishAll(its []*pitem[T]) {
+	for _, it := range its {
+		p.answer(it, it.result)
+	}
+	var unrun []*pitem[T]
+	p.mu.Lock()
+	for _, it := range its {
+		if u := p.nextLocked(it); u != nil {
+			unrun = append(unrun, u)
+		}
+	}
+	p.mu.Unlock()
+	for range its {
+		<-p.slots
+		p.items.Done()
+	}
+	for _, u := range unrun {
+		p.finish(u, notRun[T](u.Key, ErrPipelineStopped))
+	}
+}
+
+// answer ends it's claim and context, reports its outcome and calls its Done.
+func (p *Pipeline[T]) answer(it *pitem[T], r Result[T]) {
 	if it.lease.claim != nil && !it.lease.done { // settling finished it, in this goroutine
 		p.keep.finish(&it.lease)
 	}
@@ -273,8 +312,12 @@ func (p *Pipeline[T]) finish(it *pitem[T], r Result[T]) {
 		reportOutcome(it.hctx.Context, p.s, p.source, &r, took)
 	}
 	it.Done(r)
-	p.mu.Lock()
-	var unrun *pitem[T]
+}
+
+// nextLocked lets the next message of it's key go, now that it is answered, and
+// returns that message instead when the pipeline gave up on what has not started
+// (it is to be answered as not run). p.mu is held.
+func (p *Pipeline[T]) nextLocked(it *pitem[T]) (unrun *pitem[T]) {
 	switch {
 	case len(it.next) > 0 && p.abandoned.Load():
 		unrun = it.next[0]
@@ -288,12 +331,7 @@ func (p *Pipeline[T]) finish(it *pitem[T], r Result[T]) {
 	default:
 		delete(p.inflight, it.Key)
 	}
-	p.mu.Unlock()
-	<-p.slots
-	p.items.Done()
-	if unrun != nil {
-		p.finish(unrun, notRun[T](unrun.Key, ErrPipelineStopped))
-	}
+	return unrun
 }
 
 // notRun is the result of a message that was never claimed and never will be.

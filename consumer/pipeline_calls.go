@@ -255,13 +255,15 @@ func (p *Pipeline[T]) settle(ctx context.Context, batch []*pitem[T]) {
 		as[n] = &it.attempt
 	}
 	settle(ctx, &p.engine, as)
+	settled := batch[:0] // batch is this call's own
 	for _, it := range batch {
 		if it.resend {
 			p.again(it)
 			continue
 		}
-		p.finish(it, it.result)
+		settled = append(settled, it)
 	}
+	p.finishAll(settled)
 }
 
 // again queues it's settlement to be sent once more after a pause.
