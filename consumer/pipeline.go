@@ -46,11 +46,17 @@ type Pipeline[T any] struct {
 	// both min(1ms, lease/100).
 	claimGather, settleGather int64
 
-	slots chan struct{}  // one per message accepted and not yet settled
-	runq  chan *pitem[T] // claimed, waiting for a handler worker
+	slots chan struct{} // one per message accepted and not yet settled
 
 	mu          sync.Mutex
+	runq        []*pitem[T] // claimed, waiting for a handler worker
 	workers     int         // handler workers started (at most cfg.concurrency)
+	idle        int         // workers waiting for runq
+	signalled   int         // idle workers signalled that have not yet woken
+	starting    int         // workers started that have not yet looked at runq
+	handlerNs   int64       // a moving average of how long handlers take (ns)
+	runClosed   bool        // every message is answered: workers end
+	workCond    sync.Cond   // on mu: a worker waits here for runq
 	ready       []*pitem[T] // accepted, waiting to be claimed
 	claimSince  int64       // since when a claim call could take a message (mono); 0: none could
 	claiming    int         // messages in claim calls under way
@@ -173,11 +179,12 @@ func NewPipeline[T any](ctx context.Context, store Store, opts ...PipelineOption
 		engine:      engine{store: store, s: s, keep: newKeeper(ctx, store, s), source: cfg.source},
 		cfg:         cfg,
 		claimGather: int64(min(time.Millisecond, s.Lease/100)),
-		slots:       make(chan struct{}, cfg.window), runq: make(chan *pitem[T], cfg.window),
-		inflight: make(map[Key]*pitem[T]),
-		wake:     make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{}),
+		slots:       make(chan struct{}, cfg.window),
+		inflight:    make(map[Key]*pitem[T]),
+		wake:        make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{}),
 	}
 	p.settleGather = p.claimGather
+	p.workCond.L = &p.mu
 	p.stopCause = p.abandonCause
 	p.timer = time.AfterFunc(time.Hour, p.fired)
 	p.timer.Stop()
@@ -382,7 +389,10 @@ func (p *Pipeline[T]) Shutdown(ctx context.Context) error {
 func (p *Pipeline[T]) stop() {
 	p.items.Wait()
 	close(p.quit)
-	close(p.runq) // every message is answered: nothing more is claimed
+	p.mu.Lock()
+	p.runClosed = true // every message is answered: nothing more is claimed
+	p.workCond.Broadcast()
+	p.mu.Unlock()
 	p.loops.Wait()
 	p.mu.Lock()
 	p.timer.Stop()

@@ -188,16 +188,8 @@ func (p *Pipeline[T]) claim(ctx context.Context, batch []*pitem[T]) {
 	p.mu.Lock()
 	p.claiming -= len(batch)
 	p.active += len(run)
-	for _, it := range run {
-		p.runq <- it // never blocks: the window bounds what is claimed
-	}
-	if n := min(len(run), p.cfg.concurrency-p.workers); n > 0 {
-		p.workers += n
-		p.loops.Add(n)
-		for range n {
-			go p.work()
-		}
-	}
+	p.runq = append(p.runq, run...)
+	p.wakeWorkerLocked()
 	p.mu.Unlock()
 	for i, it := range batch {
 		switch rep := reps[i]; {
@@ -210,11 +202,71 @@ func (p *Pipeline[T]) claim(ctx context.Context, batch []*pitem[T]) {
 	}
 }
 
-// work runs claimed messages' handlers, one at a time, until Shutdown closes runq.
+// Handler workers. A claim call's messages queue in runq; workers take them one
+// at a time. While handlers are quick, workers are woken one by one: the claim
+// call wakes one (or starts one, up to WithConcurrency), and a worker that takes
+// a message and leaves more queued wakes the next, unless one is already on its
+// way; quick handlers are then run by the few workers that keep up, without a
+// goroutine switch per message. Once handlers take longer (slowHandler, on a
+// moving average), every queued message gets a worker at once.
+
+// slowHandler is the average handler time from which every queued message is
+// given a worker at once.
+const slowHandler = int64(20 * time.Microsecond)
+
+// wakeWorkerLocked wakes idle workers, or starts new ones up to WithConcurrency,
+// for the messages waiting in runq that no worker on its way will take. p.mu is
+// held.
+func (p *Pipeline[T]) wakeWorkerLocked() {
+	if len(p.runq) == 0 {
+		return
+	}
+	want := 1
+	if p.handlerNs >= slowHandler {
+		want = len(p.runq)
+	}
+	want -= p.signalled + p.starting
+	for ; want > 0 && p.idle > p.signalled; want-- {
+		p.signalled++
+		p.workCond.Signal()
+	}
+	for ; want > 0 && p.workers < p.cfg.concurrency; want-- {
+		p.starting++
+		p.workers++
+		p.loops.Add(1)
+		go p.work()
+	}
+}
+
+// work runs claimed messages' handlers, one at a time, until Shutdown ends it.
 func (p *Pipeline[T]) work() {
 	defer p.loops.Done()
-	for it := range p.runq {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.starting--
+	for {
+		if len(p.runq) == 0 {
+			if p.runClosed {
+				return
+			}
+			p.idle++
+			p.workCond.Wait()
+			p.idle--
+			if p.signalled > 0 {
+				p.signalled-- // a Broadcast wakes workers nobody counted
+			}
+			continue
+		}
+		it := p.runq[0]
+		p.runq[0] = nil
+		p.runq = p.runq[1:]
+		if len(p.runq) == 0 {
+			p.runq = p.runq[:0:0] // let the array go
+		}
+		p.wakeWorkerLocked()
+		p.mu.Unlock()
 		p.run(it)
+		p.mu.Lock()
 	}
 }
 
@@ -230,8 +282,11 @@ func (p *Pipeline[T]) run(it *pitem[T]) {
 		p.finish(it, r)
 		return
 	}
+	began := monoNow()
 	it.attempt.run(it.hctx.Context, &p.engine, handlerCall[T]{run: it.Run})
+	took := monoNow() - began
 	p.mu.Lock()
+	p.handlerNs += (took - p.handlerNs) / 8
 	p.active--
 	p.settleLocked(it)
 	p.mu.Unlock()
