@@ -166,7 +166,8 @@ var settleDelays = []time.Duration{10 * time.Millisecond, 50 * time.Millisecond,
 // while it refuses every settlement must not hold the message forever; the
 // keeper then stops renewing, and the record is taken over once its lease ends.
 func resendable(err error, live bool, tries int, lease time.Duration) bool {
-	return live && tries < resendLimit(lease) && errors.Is(err, ErrStoreUnavailable)
+	// The cheap tests first: this runs for every settlement, and most are answered nil.
+	return err != nil && live && errors.Is(err, ErrStoreUnavailable) && tries < resendLimit(lease)
 }
 
 // resendLimit is how many times a settlement is sent, at most, under a lease:
