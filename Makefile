@@ -32,7 +32,7 @@ define each_module
 	@fail=0; for m in $(MODULES); do echo "== $$m: $(1)"; (cd $$m && $(1)) || fail=1; done; exit $$fail
 endef
 
-.PHONY: demo test test-short test-loaded test-modules bench bench-kafka bench-amqp bench-http bench-replay bench-postgres bench-dynamodb dynalite bench-plugins lint install-check ci up down clean
+.PHONY: demo test test-short test-loaded test-modules bench bench-kafka bench-amqp bench-http bench-replay bench-postgres bench-dynamodb dynalite bench-plugins lint install-check ci up down clean bench-all profile-pipeline profile-batch
 
 ## demo: run the quickstart with zero set-up (in-process Redis unless IDEMKIT_REDIS_ADDR is set)
 demo:
@@ -92,6 +92,37 @@ dynalite:
 ## bench-plugins: ExecuteBatch B=100 without observers vs the Prometheus and OpenTelemetry plugins, interleaved, 3 repetitions
 bench-plugins:
 	cd internal/bench/plugins && $(GO) run .
+
+## bench-all: every bench program's lanes, one after another (core, Kafka, RabbitMQ, HTTP, replay, PostgreSQL); fails at the end if one failed
+BENCH_PROGRAMS := ./internal/bench ./internal/bench/kafka ./internal/bench/amqp ./internal/bench/http ./internal/bench/replay ./internal/bench/pgtx
+bench-all:
+	@fail=0; for b in $(BENCH_PROGRAMS); do echo "== $(GO) run $$b"; $(GO) run $$b || fail=1; done; exit $$fail
+
+# profile-pipeline / profile-batch: CPU and allocation profiles of the consumer
+# benchmark (one op = one message, no-op handler, against the private Redis the
+# test starts), printed as pprof's top 20; the profiles stay in PROFDIR for
+# `go tool pprof -http`. PROFN messages per run.
+PROFDIR ?= .cache/profiles
+PROFN   ?= 200000
+define profile
+	@mkdir -p $(PROFDIR)
+	$(GO) test -run '^$$' -bench '^Benchmark$(1)$$' -benchtime $(PROFN)x -count 1 -o $(PROFDIR)/consumer.test \
+		-cpuprofile $(PROFDIR)/$(2).cpu -memprofile $(PROFDIR)/$(2).mem ./consumer
+	@echo "== CPU, top 20 by own time"
+	@$(GO) tool pprof -top -nodecount=20 $(PROFDIR)/consumer.test $(PROFDIR)/$(2).cpu 2>/dev/null | tail -n +5
+	@echo "== CPU, top 20 of package consumer by cumulative time"
+	@$(GO) tool pprof -top -cum -nodecount=20 -focus 'idemkit/consumer\.' -show 'idemkit/consumer\.' $(PROFDIR)/consumer.test $(PROFDIR)/$(2).cpu 2>/dev/null | tail -n +6
+	@echo "== allocations (objects), top 20"
+	@$(GO) tool pprof -sample_index=alloc_objects -top -nodecount=20 $(PROFDIR)/consumer.test $(PROFDIR)/$(2).mem 2>/dev/null | tail -n +5
+endef
+
+## profile-pipeline: pprof top 20 (CPU, allocations) of BenchmarkPipeline, one message per op
+profile-pipeline:
+	$(call profile,Pipeline,pipeline)
+
+## profile-batch: pprof top 20 (CPU, allocations) of BenchmarkExecuteBatch, one message per op
+profile-batch:
+	$(call profile,ExecuteBatch,batch)
 
 $(STATICCHECK):
 	GOBIN=$(CURDIR)/bin $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime/debug"
+	"time"
 )
 
 // The attempt lifecycle, one for both engines (ExecuteIdempotently and
@@ -22,6 +23,10 @@ import (
 //     claim is released and the result is ErrNotRun wrapping the *PanicError;
 //   - around the handler, after it returned (an observer's end hook): logged; the
 //     attempt settles as the handler returned;
+//   - while claiming (the store's Begin, a store wrapper, a claim hook, a
+//     CompletionLookup): every message of that claim call gets an Error with the
+//     *PanicError (retryable; no handler ran); claims the store may have made
+//     before the panic run out with their lease;
 //   - while settling (a store wrapper's Settle, a settle hook): the attempts whose
 //     settlement that call carried get an Error with the *PanicError, and their
 //     leases are no longer renewed, so their claims run out on the store; a
@@ -79,15 +84,26 @@ type attempt[T any] struct {
 // and its result goes to a.res. The caller then gives the lease to the keeper.
 func (a *attempt[T]) claimed(parent context.Context, e *engine, c *Claim, rep ClaimReply) {
 	hctx, cancel := context.WithCancelCause(parent)
+	*a.hctx = itemCtx{Context: hctx}
+	a.lease = lease{cancel: cancel}
+	a.claimedIn(e, c, rep)
+}
+
+// claimedIn makes a the attempt of claim c, which the store answered rep, when its
+// handler's context (a.hctx) and that context's cancel (a.lease.cancel) were made
+// before the claim: a Pipeline makes them when a message is submitted.
+func (a *attempt[T]) claimedIn(e *engine, c *Claim, rep ClaimReply) {
 	a.st = Settlement{Key: c.Key, Owner: c.Owner, Ref: rep.Ref, Fence: rep.Fence,
 		Attempts: rep.Attempts, Created: rep.Created, Fingerprint: rep.Fingerprint}
-	*a.hctx = itemCtx{Context: hctx, info: Info{Key: c.Key, Scope: e.s.Scope, Attempt: rep.Attempts, Fence: rep.Fence}}
-	a.lease = lease{claim: &a.st, cancel: cancel} // the claim fields never change while kept
+	a.hctx.info = Info{Key: c.Key, Scope: e.s.Scope, Attempt: rep.Attempts, Fence: rep.Fence}
+	a.lease.claim = &a.st // the claim fields never change while kept
 	*a.res = Result[T]{Key: c.Key, Attempt: rep.Attempts, Fence: rep.Fence}
 }
 
-// handlerCall is how an engine calls a handler: fn with the item's index and item.
+// handlerCall is how an engine calls a handler: run when set (a Pipeline
+// message's), else fn with the item's index and item.
 type handlerCall[T any] struct {
+	run  func(ctx context.Context) (T, error)
 	fn   BatchHandler[T]
 	i    int
 	item BatchItem
@@ -143,7 +159,38 @@ func callHandler[T any](ctx context.Context, call handlerCall[T]) (v T, err erro
 			err = &PanicError{Value: p, Stack: debug.Stack()}
 		}
 	}()
+	if call.run != nil {
+		return call.run(ctx)
+	}
 	return call.fn(ctx, call.i, call.item)
+}
+
+// claimContained is claimAll followed, with a CompletionLookup, by
+// completedElsewhere for each reply. A panic on the way (in the store's Begin, a
+// store wrapper, a claim hook, a CompletionLookup) is contained: every claim is
+// then answered with the *PanicError (a retryable error; the claims the store may
+// have made run out with their lease).
+func claimContained(ctx context.Context, e *engine, claims []Claim) (reps []ClaimReply, resent []bool, sent time.Time) {
+	defer func() {
+		if p := recover(); p != nil {
+			perr := contained(e.s, "claiming", p, len(claims))
+			reps, resent = make([]ClaimReply, len(claims)), nil
+			for i := range reps {
+				reps[i].Err = perr
+			}
+		}
+	}()
+	sent = time.Now()
+	reps, resent = claimAll(ctx, e.store, e.s, claims)
+	if e.s.watchClaims() {
+		reportClaim(e.s, reps, time.Since(sent))
+	}
+	if e.s.Completions != nil {
+		for i := range reps {
+			reps[i] = completedElsewhere(ctx, e.s, claims[i].Key, reps[i])
+		}
+	}
+	return reps, resent, sent
 }
 
 // contained turns p, a panic recovered outside any handler while doing what (for

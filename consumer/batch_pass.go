@@ -17,18 +17,11 @@ func (b *batch[T]) pass(ctx context.Context, pending []int) (waiting []int) {
 	for j, i := range pending {
 		claims[j] = Claim{Key: b.items[i].Key, Owner: owners[j], Fingerprint: b.fps[i], Locked: b.bc.underLock}
 	}
-	cc := claimCall{claims: claims, sent: time.Now()}
-	cc.reps, cc.resent = claimAll(ctx, b.store, b.s, claims)
-	if b.s.watchClaims() {
-		reportClaim(b.s, cc.reps, time.Since(cc.sent))
-	}
+	cc := claimCall{claims: claims}
+	cc.reps, cc.resent, cc.sent = claimContained(ctx, &engine{store: b.store, s: b.s}, claims)
 	var run, unguarded []int // indexes into pending
 	for j, rep := range cc.reps {
 		i := pending[j]
-		if b.s.Completions != nil {
-			rep = completedElsewhere(ctx, b.s, b.items[i].Key, rep)
-			cc.reps[j] = rep
-		}
 		switch {
 		case runsUnguarded(b.s, rep):
 			unguarded = append(unguarded, j)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/google/uuid"
@@ -25,15 +26,29 @@ func benchKeys(b *testing.B, n int) []consumer.Key {
 	return out
 }
 
+// benchStore is a Redis store whose claim and settle calls are reported per
+// message (claims/msg, settles/msg) when the benchmark ends.
 func benchStore(b *testing.B) *redisstore.Store {
 	c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(b), ContextTimeoutEnabled: true})
 	b.Cleanup(func() { _ = c.Close() })
-	s, err := redisstore.NewStore(c, consumer.WithPrefix(testenv.Prefix(b)), redisstore.WithEvictionCheck(redisstore.EvictionIgnore))
+	calls := &benchCalls{}
+	s, err := redisstore.NewStore(c, consumer.WithPrefix(testenv.Prefix(b)), redisstore.WithEvictionCheck(redisstore.EvictionIgnore),
+		consumer.WithObserver(calls))
 	if err != nil {
 		b.Fatal(err)
 	}
+	b.Cleanup(func() {
+		b.ReportMetric(float64(calls.claims.Load())/float64(b.N), "claims/msg")
+		b.ReportMetric(float64(calls.settles.Load())/float64(b.N), "settles/msg")
+	})
 	return s
 }
+
+// benchCalls counts a store's claim and settle calls.
+type benchCalls struct{ claims, settles atomic.Int64 }
+
+func (c *benchCalls) OnClaim(consumer.ClaimEvent)   { c.claims.Add(1) }
+func (c *benchCalls) OnSettle(consumer.SettleEvent) { c.settles.Add(1) }
 
 // BenchmarkExecuteBatch: one op is one message of a batch of 100, no-op handler,
 // against a real Redis (make bench has the full table with CPU per process).

@@ -27,8 +27,12 @@ func LeaseMargin(lease time.Duration) time.Duration { return lease/100 + lease/1
 // handler at its local deadline (see LeaseMargin). An attempt whose renewal is
 // refused (another owner took the claim over) is cancelled at once. One keeper
 // serves a batch (ExecuteBatch) or a whole Pipeline; attempts join with add and
-// leave with finish. It runs on timers, so attempts that settle within lease/3 cost
-// no goroutine.
+// leave with finish. It runs on two timers per keeper, never one per attempt (the
+// renewal timer renews every kept lease in one call; the guard is armed for the
+// earliest deadline), so attempts that settle within lease/3 cost no goroutine
+// and no timer. An attempt that leaves is dropped from the kept set at once (its
+// slot is reused), so a keeper that lives as long as a Pipeline holds only the
+// attempts under way, never those settled since its last renewal.
 type keeper struct {
 	store    Store
 	s        Settings // for the observers
@@ -54,6 +58,7 @@ type lease struct {
 	renewed  int64 // send time of the last successful claim or renewal
 	lost     *LeaseLostError
 	done     bool // settled: no longer renewed or guarded
+	slot     int  // 1 + its index in the keeper's leases while kept; 0 otherwise
 }
 
 // epoch anchors mono: a monotonic clock in nanoseconds, cheaper to keep per
@@ -81,9 +86,10 @@ func newKeeper(ctx context.Context, store Store, s Settings) *keeper {
 func (k *keeper) add(l *lease, sent time.Time, granted time.Duration) {
 	l.renewed = mono(sent)
 	l.deadline = l.renewed + int64(granted-k.margin)
+	now := mono(time.Now())
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.addLocked(l)
+	k.addLocked(l, now)
 }
 
 // addAll keeps the n leases lease(i), claimed by one call sent at sent, each
@@ -94,27 +100,59 @@ func (k *keeper) addAll(n int, lease func(i int) *lease, sent time.Time, granted
 		l.renewed = mono(sent)
 		l.deadline = l.renewed + int64(granted(i)-k.margin)
 	}
+	now := mono(time.Now())
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	for i := range n {
-		k.addLocked(lease(i))
+		k.addLocked(lease(i), now)
 	}
 }
 
-func (k *keeper) addLocked(l *lease) {
-	if k.stopped {
+// addLeases keeps ls, claimed by one call sent at sent, ls[i] granted granted[i].
+func (k *keeper) addLeases(ls []*lease, sent time.Time, granted []time.Duration) {
+	renewed := mono(sent)
+	for i, l := range ls {
+		l.renewed = renewed
+		l.deadline = renewed + int64(granted[i]-k.margin)
+	}
+	now := mono(time.Now())
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, l := range ls {
+		k.addLocked(l, now)
+	}
+}
+
+func (k *keeper) addLocked(l *lease, now int64) {
+	if k.stopped || l.done {
 		return
 	}
 	k.leases = append(k.leases, l)
+	l.slot = len(k.leases)
 	if k.renew == nil {
 		k.renew = time.AfterFunc(k.interval, k.tickFn)
 	}
 	// A full lease's deadline comes after the next renewal (lease/3 < lease -
 	// margin), which arms the guard: attempts that settle sooner cost no guard. A
 	// claim granted less (its own claim, asked again late) is guarded now.
-	if l.deadline < mono(time.Now())+int64(k.interval) {
-		k.armGuard(mono(time.Now()))
+	if l.deadline < now+int64(k.interval) {
+		k.armGuard(now)
 	}
+}
+
+// dropLocked removes l from the kept leases, if it is there. k.mu is held.
+func (k *keeper) dropLocked(l *lease) {
+	if l.slot == 0 {
+		return
+	}
+	i, last := l.slot-1, len(k.leases)-1
+	if i != last {
+		k.leases[i] = k.leases[last]
+		k.leases[i].slot = i + 1
+	}
+	k.leases[last] = nil
+	k.leases = k.leases[:last]
+	l.slot = 0
 }
 
 func (k *keeper) tick(ctx context.Context) {
@@ -125,19 +163,12 @@ func (k *keeper) tick(ctx context.Context) {
 	}
 	k.wg.Add(1)
 	defer k.wg.Done()
-	kept := k.leases[:0]
-	var live []*lease
+	var live []*lease // every kept lease is unsettled (finish drops it)
 	for _, l := range k.leases {
-		if l.done {
-			continue
-		}
-		kept = append(kept, l)
 		if l.lost == nil {
 			live = append(live, l)
 		}
 	}
-	clear(k.leases[len(kept):])
-	k.leases = kept
 	k.armGuard(mono(time.Now()))
 	k.mu.Unlock()
 
@@ -243,8 +274,29 @@ func (k *keeper) lose(l *lease, reason string) {
 func (k *keeper) finish(l *lease) *LeaseLostError {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	l.done = true
+	k.finishLocked(l)
 	return l.lost
+}
+
+// finishLocked is finish with k.mu held. Once finished, a lease is never written
+// by the keeper again: its lost is final.
+func (k *keeper) finishLocked(l *lease) {
+	l.done = true
+	k.dropLocked(l)
+}
+
+// state reports, under one lock, whether l was lost and whether its local
+// deadline is still ahead.
+func (k *keeper) state(l *lease) (lost *LeaseLostError, live bool) {
+	now := mono(time.Now())
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return l.lost, k.liveLocked(l, now)
+}
+
+// liveLocked is live at now with k.mu held.
+func (k *keeper) liveLocked(l *lease, now int64) bool {
+	return l.lost == nil && now < l.deadline
 }
 
 // lostErr reports whether l was lost.
@@ -252,13 +304,6 @@ func (k *keeper) lostErr(l *lease) *LeaseLostError {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return l.lost
-}
-
-// live reports whether l's local deadline is still ahead.
-func (k *keeper) live(l *lease) bool {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return l.lost == nil && mono(time.Now()) < l.deadline
 }
 
 // stop ends the renewals and the guard, and waits for a renewal in flight (each is

@@ -12,11 +12,25 @@ import (
 // Pipeline runs a continuous stream of messages through their handlers with the
 // guarantees of ExecuteIdempotently, for consumers that never stop: broker
 // adapters, replay tools. Messages are submitted one by one; the pipeline claims
-// whatever is waiting in one call (up to WithMaxBatch), starts each handler as soon
+// what is waiting in one call (up to WithMaxBatch), starts each handler as soon
 // as its claim returns, and settles finished handlers the same way, with up to
 // WithCallsInFlight claim calls and as many settle calls under way at once, so
-// that the store, the handlers and the caller work at the same time. When idle it
-// waits for nothing: a lone message is claimed at once.
+// that the store, the handlers and the caller work at the same time.
+//
+// Claims follow the handlers: the messages claimed and not yet done running
+// (claim calls under way included) never outnumber WithConcurrency's handlers
+// plus one call's read-ahead (WithMaxBatch), so a claim is made for a message a
+// handler starts soon, not for the whole window; a claim is not an attempt.
+//
+// Calls gather what is ready: a claim call goes when a full call's worth
+// (WithMaxBatch) may be claimed, and a settle call when that many handlers have
+// finished, or at once when nothing else could join the call soon (no handler
+// running or waiting to run, nothing being claimed), or once the first message
+// waiting for the call has waited the gather delay: 1 ms, or a hundredth of the
+// store's lease when that is shorter. The delay never puts a claim at risk: the
+// lease keeper renews every claim until it is settled, and a lease has more than
+// half its length left between renewals. When idle the pipeline waits for
+// nothing: a lone message is claimed, and settled, at once.
 //
 // Each message's outcome reaches its Done function once it is settled: completed
 // or failed in the store, released, or answered without a claim (a duplicate, a
@@ -28,25 +42,41 @@ import (
 type Pipeline[T any] struct {
 	engine // its attempts' store, settings, lease keeper, source and stop
 	cfg    pipelineConfig
+	// The gather delays of claim and settle calls, in nanoseconds (see Pipeline);
+	// both min(1ms, lease/100).
+	claimGather, settleGather int64
 
-	slots       chan struct{}  // one per message accepted and not yet settled
-	runq        chan *pitem[T] // claimed, waiting for a handler worker
-	workers     int            // handler workers started (at most cfg.concurrency); under mu
-	claimCalls  chan struct{}  // one per claim call under way
-	settleCalls chan struct{}  // one per settle or release call under way
+	slots chan struct{} // one per message accepted and not yet settled
 
-	mu        sync.Mutex
-	ready     []*pitem[T] // accepted, waiting to be claimed
-	settling  []*pitem[T] // handled, waiting to be settled
-	inflight  map[Key]*pitem[T]
-	stopped   bool          // Shutdown began: no more messages
-	abandoned atomic.Bool   // Shutdown's wait ran out: nothing more starts, running handlers are cancelled; set under mu
-	wake      chan struct{} // a claim or a settlement may be due
-	quit      chan struct{}
-	stopOnce  sync.Once
-	done      chan struct{} // closed once every message is answered and every goroutine has ended
-	loops     sync.WaitGroup
-	items     sync.WaitGroup // messages accepted and not yet settled
+	mu          sync.Mutex
+	runq        []*pitem[T] // claimed, waiting for a handler worker
+	workers     int         // handler workers started (at most cfg.concurrency)
+	idle        int         // workers waiting for runq
+	signalled   int         // idle workers signalled that have not yet woken
+	starting    int         // workers started that have not yet looked at runq
+	handlerNs   int64       // a moving average of how long handlers take (ns)
+	runClosed   bool        // every message is answered: workers end
+	workCond    sync.Cond   // on mu: a worker waits here for runq
+	ready       []*pitem[T] // accepted, waiting to be claimed
+	claimSince  int64       // since when a claim call could take a message (mono); 0: none could
+	claiming    int         // messages in claim calls under way
+	active      int         // claimed messages whose handlers have not returned
+	claimCalls  int         // claim calls under way
+	settling    []*pitem[T] // handled, waiting to be settled
+	settleSince int64       // when the messages in settling began to wait for a settle call (mono)
+	settleCalls int         // settle or release calls under way
+	timer       *time.Timer // wakes the loop when a gathering call is due
+	timerAt     int64       // when timer fires (mono); 0: not armed
+	slab        []pitem[T]  // messages are allocated from here, a slab at a time
+	inflight    map[Key]*pitem[T]
+	stopped     bool          // Shutdown began: no more messages
+	abandoned   atomic.Bool   // Shutdown's wait ran out: nothing more starts, running handlers are cancelled; set under mu
+	wake        chan struct{} // a claim or a settlement may be due
+	quit        chan struct{}
+	stopOnce    sync.Once
+	done        chan struct{} // closed once every message is answered and every goroutine has ended
+	loops       sync.WaitGroup
+	items       sync.WaitGroup // messages accepted and not yet settled
 }
 
 // PipelineItem is one message for a Pipeline.
@@ -61,18 +91,23 @@ type PipelineItem[T any] struct {
 	Done func(Result[T])
 }
 
-// pitem is a message inside the pipeline: once claimed, an attempt.
+// pitem is a message inside the pipeline: once claimed, an attempt. Its handler's
+// context (hctx, with its cancel in attempt.lease) is made when it is submitted,
+// as a child of Submit's context.
 type pitem[T any] struct {
 	PipelineItem[T]
 	attempt[T]
-	ctx       context.Context // Submit's, for the handler
 	fp        Fingerprint
-	hctx      itemCtx // the handler's context, once claimed
+	hctx      itemCtx
 	result    Result[T]
 	sent      time.Time   // when its claim call was sent
 	unguarded error       // the store's error, when WithFailOpen runs it without a claim
 	next      []*pitem[T] // messages of the same key waiting for this one
 }
+
+// pitemSlab is how many messages are allocated at once. A slab lives as long as
+// any of its messages is referenced (a handler may keep its context).
+const pitemSlab = 32
 
 // PipelineOption configures a Pipeline. Every option states its default.
 type PipelineOption interface{ applyPipeline(*pipelineConfig) }
@@ -96,8 +131,8 @@ func WithInFlight(n int) PipelineOption {
 	return pipelineOptFunc(func(c *pipelineConfig) { c.window = n })
 }
 
-// WithMaxBatch bounds how many messages one claim or settle call carries.
-// Default 100.
+// WithMaxBatch bounds how many messages one claim or settle call carries, and how
+// many messages may be claimed ahead of free handlers (see Pipeline). Default 100.
 func WithMaxBatch(n int) PipelineOption {
 	return pipelineOptFunc(func(c *pipelineConfig) { c.maxBatch = n })
 }
@@ -141,14 +176,18 @@ func NewPipeline[T any](ctx context.Context, store Store, opts ...PipelineOption
 		return nil, configError("a store with WithLock runs handlers one by one under their locks: use ExecuteIdempotently")
 	}
 	p := &Pipeline[T]{
-		engine: engine{store: store, s: s, keep: newKeeper(ctx, store, s), source: cfg.source},
-		cfg:    cfg,
-		slots:  make(chan struct{}, cfg.window), runq: make(chan *pitem[T], cfg.window),
-		claimCalls: make(chan struct{}, cfg.calls), settleCalls: make(chan struct{}, cfg.calls),
-		inflight: make(map[Key]*pitem[T]),
-		wake:     make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{}),
+		engine:      engine{store: store, s: s, keep: newKeeper(ctx, store, s), source: cfg.source},
+		cfg:         cfg,
+		claimGather: int64(min(time.Millisecond, s.Lease/100)),
+		slots:       make(chan struct{}, cfg.window),
+		inflight:    make(map[Key]*pitem[T]),
+		wake:        make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{}),
 	}
+	p.settleGather = p.claimGather
+	p.workCond.L = &p.mu
 	p.stopCause = p.abandonCause
+	p.timer = time.AfterFunc(time.Hour, p.fired)
+	p.timer.Stop()
 	p.loops.Add(1)
 	go p.loop(context.WithoutCancel(ctx))
 	return p, nil
@@ -166,237 +205,126 @@ func (p *Pipeline[T]) Submit(ctx context.Context, it PipelineItem[T]) error {
 		return configError("pipeline item without Run or Done")
 	}
 	select {
-	case p.slots <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-p.quit:
-		return ErrPipelineStopped
+	case p.slots <- struct{}{}: // a free slot: no need to watch ctx and quit
+	default:
+		select {
+		case p.slots <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-p.quit:
+			return ErrPipelineStopped
+		}
 	}
-	pi := &pitem[T]{PipelineItem: it, ctx: ctx}
 	if err := it.Key.Validate(); err != nil {
 		<-p.slots
 		it.Done(Result[T]{Outcome: Error, Key: it.Key, Err: err})
 		return nil
 	}
+	var fp Fingerprint
 	if p.s.Fingerprint {
-		pi.fp = FingerprintOf(it.Payload)
+		fp = FingerprintOf(it.Payload)
 	}
+	hctx, cancel := context.WithCancelCause(ctx)
 	p.mu.Lock()
 	if p.stopped {
 		p.mu.Unlock()
+		cancel(ErrPipelineStopped)
 		<-p.slots
 		return ErrPipelineStopped
 	}
+	pi := p.newItem()
+	pi.PipelineItem, pi.fp = it, fp
+	pi.hctx.Context, pi.lease.cancel = hctx, cancel
+	pi.attempt.hctx, pi.res = &pi.hctx, &pi.result
 	p.items.Add(1)
 	if first := p.inflight[it.Key]; first != nil {
 		first.next = append(first.next, pi) // runs once the first settles
 	} else {
 		p.inflight[it.Key] = pi
-		p.ready = append(p.ready, pi)
+		p.readyLocked(pi, false)
 	}
 	p.mu.Unlock()
-	p.poke()
 	return nil
 }
 
-func (p *Pipeline[T]) poke() {
-	select {
-	case p.wake <- struct{}{}:
-	default:
+// newItem returns a zero message from the slab. p.mu is held.
+func (p *Pipeline[T]) newItem() *pitem[T] {
+	if len(p.slab) == 0 {
+		p.slab = make([]pitem[T], pitemSlab)
 	}
+	pi := &p.slab[0]
+	p.slab = p.slab[1:]
+	return pi
 }
 
-// loop starts claim and settle calls whenever something waits and a call may go.
-func (p *Pipeline[T]) loop(ctx context.Context) {
-	defer p.loops.Done()
-	for {
-		select {
-		case <-p.wake:
-		case <-p.quit:
-			return
-		}
-		for p.startCall(ctx) {
-		}
+// readyLocked queues it for a claim call, at the front when first, and wakes the
+// loop if a claim call is due. p.mu is held.
+func (p *Pipeline[T]) readyLocked(it *pitem[T], first bool) {
+	if first {
+		p.ready = append(p.ready, nil)
+		copy(p.ready[1:], p.ready)
+		p.ready[0] = it
+	} else {
+		p.ready = append(p.ready, it)
 	}
-}
-
-// startCall starts one settle call or one claim call if one is due and a call slot
-// is free; it reports whether it did. Settlements go first: they free the window.
-func (p *Pipeline[T]) startCall(ctx context.Context) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if len(p.settling) > 0 && acquire(p.settleCalls) {
-		batch := take(&p.settling, p.cfg.maxBatch)
-		p.spawn(p.settleCalls, func() { p.settle(ctx, batch) })
-		return true
-	}
-	if len(p.ready) > 0 && acquire(p.claimCalls) {
-		batch := take(&p.ready, p.cfg.maxBatch)
-		p.spawn(p.claimCalls, func() { p.claim(ctx, batch) })
-		return true
-	}
-	return false
-}
-
-// acquire takes a slot of sem if one is free.
-func acquire(sem chan struct{}) bool {
-	select {
-	case sem <- struct{}{}:
-		return true
-	default:
-		return false
-	}
-}
-
-// spawn runs call in a goroutine that gives its slot of sem back and pokes the loop.
-func (p *Pipeline[T]) spawn(sem chan struct{}, call func()) {
-	p.loops.Add(1)
-	go func() {
-		defer p.loops.Done()
-		defer func() { <-sem; p.poke() }()
-		call()
-	}()
-}
-
-// take removes and returns up to n items from the front of *q.
-func take[E any](q *[]E, n int) []E {
-	n = min(n, len(*q))
-	out := make([]E, n)
-	copy(out, *q)
-	rest := copy(*q, (*q)[n:])
-	clear((*q)[rest:])
-	*q = (*q)[:rest]
-	return out
-}
-
-// claim claims batch in one call and starts the handlers of what it claimed.
-func (p *Pipeline[T]) claim(ctx context.Context, batch []*pitem[T]) {
-	claims := make([]Claim, len(batch))
-	owners := newOwners(len(batch))
-	for i, it := range batch {
-		claims[i] = Claim{Key: it.Key, Owner: owners[i], Fingerprint: it.fp}
-	}
-	sent := time.Now()
-	reps, resent := claimAll(ctx, p.store, p.s, claims)
-	if p.s.watchClaims() {
-		reportClaim(p.s, reps, time.Since(sent))
-	}
-	for i, it := range batch {
-		it.sent = sent
-		rep := reps[i] // claimAll answers every claim
-		if p.s.Completions != nil {
-			rep = completedElsewhere(ctx, p.s, it.Key, rep)
-		}
-		switch {
-		case runsUnguarded(p.s, rep):
-			it.unguarded = rep.Err
-			p.runq <- it
-			p.addWorker()
-		case rep.Err != nil:
-			p.finish(it, Result[T]{Outcome: Error, Key: it.Key, Err: rep.Err})
-		case rep.Claimed():
-			p.mu.Lock() // abandon reads the lease under mu
-			it.attempt.hctx, it.res = &it.hctx, &it.result
-			it.claimed(it.ctx, &p.engine, &claims[i], rep)
-			p.mu.Unlock()
-			if needsMark(rep, resent, i) {
-				it.mark = &claims[i]
-			}
-			p.keep.add(&it.lease, sent, rep.Lease)
-			p.runq <- it // never blocks: the window bounds what is claimed
-			p.addWorker()
-		default:
-			p.finish(it, resolve[T](p.s, it.Key, rep))
-		}
-	}
-}
-
-// addWorker starts one more handler worker while fewer run than allowed and some
-// claimed message waits.
-func (p *Pipeline[T]) addWorker() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.workers >= p.cfg.concurrency || len(p.runq) == 0 {
-		return
-	}
-	p.workers++
-	p.loops.Add(1)
-	go p.work()
-}
-
-// work runs claimed messages' handlers, one at a time, until Shutdown closes runq.
-func (p *Pipeline[T]) work() {
-	defer p.loops.Done()
-	for it := range p.runq {
-		p.run(it)
-	}
-}
-
-// run runs one claimed message's handler (see attempt.run), then queues its
-// settlement.
-func (p *Pipeline[T]) run(it *pitem[T]) {
-	if it.unguarded != nil {
-		p.finish(it, runUnguarded(it.ctx, p.s, it.Key, it.unguarded, itemCall(it.Run)))
-		return
-	}
-	it.attempt.run(it.ctx, &p.engine, itemCall(it.Run))
-	p.mu.Lock()
-	p.settling = append(p.settling, it)
-	p.mu.Unlock()
-	p.poke()
-}
-
-// itemCall is how the pipeline calls a message's handler.
-func itemCall[T any](run func(context.Context) (T, error)) handlerCall[T] {
-	return handlerCall[T]{fn: func(ctx context.Context, _ int, _ BatchItem) (T, error) { return run(ctx) }}
-}
-
-// settle settles a batch of handled messages (see settle), then answers each, or
-// queues its settlement to be sent again after a pause.
-func (p *Pipeline[T]) settle(ctx context.Context, batch []*pitem[T]) {
-	as := make([]*attempt[T], len(batch))
-	for n, it := range batch {
-		it.decide(it.ctx, &p.engine)
-		as[n] = &it.attempt
-	}
-	settle(ctx, &p.engine, as)
-	for _, it := range batch {
-		if it.resend {
-			p.again(it)
-			continue
-		}
-		p.finish(it, it.result)
-	}
-}
-
-// again queues it's settlement to be sent once more after a pause.
-func (p *Pipeline[T]) again(it *pitem[T]) {
-	p.loops.Add(1)
-	time.AfterFunc(resendPause(it.tries), func() {
-		defer p.loops.Done()
-		p.mu.Lock()
-		p.settling = append(p.settling, it)
-		p.mu.Unlock()
-		p.poke()
-	})
+	p.kickLocked()
 }
 
 // finish answers it, lets the next message of its key go, and frees its slot.
 func (p *Pipeline[T]) finish(it *pitem[T], r Result[T]) {
-	if it.lease.cancel != nil {
-		p.keep.finish(&it.lease)
-		it.lease.cancel(context.Canceled)
+	p.answer(it, r)
+	p.mu.Lock()
+	unrun := p.nextLocked(it)
+	p.mu.Unlock()
+	<-p.slots
+	p.items.Done()
+	if unrun != nil {
+		p.finish(unrun, notRun[T](unrun.Key, ErrPipelineStopped))
 	}
+}
+
+// finishAll is finish for each of its (a settle call's), with one lock.
+func (p *Pipeline[T]) finishAll(its []*pitem[T]) {
+	for _, it := range its {
+		p.answer(it, it.result)
+	}
+	var unrun []*pitem[T]
+	p.mu.Lock()
+	for _, it := range its {
+		if u := p.nextLocked(it); u != nil {
+			unrun = append(unrun, u)
+		}
+	}
+	p.mu.Unlock()
+	for range its {
+		<-p.slots
+		p.items.Done()
+	}
+	for _, u := range unrun {
+		p.finish(u, notRun[T](u.Key, ErrPipelineStopped))
+	}
+}
+
+// answer ends it's claim and context, reports its outcome and calls its Done.
+func (p *Pipeline[T]) answer(it *pitem[T], r Result[T]) {
+	if it.lease.claim != nil && !it.lease.done { // settling finished it, in this goroutine
+		p.keep.finish(&it.lease)
+	}
+	it.lease.cancel(context.Canceled)
 	if p.s.watchOutcomes() {
 		var took time.Duration
 		if !it.sent.IsZero() {
 			took = time.Since(it.sent)
 		}
-		reportOutcome(it.ctx, p.s, p.source, &r, took)
+		reportOutcome(it.hctx.Context, p.s, p.source, &r, took)
 	}
 	it.Done(r)
-	p.mu.Lock()
-	var unrun *pitem[T]
+}
+
+// nextLocked lets the next message of it's key go, now that it is answered, and
+// returns that message instead when the pipeline gave up on what has not started
+// (it is to be answered as not run). p.mu is held.
+func (p *Pipeline[T]) nextLocked(it *pitem[T]) (unrun *pitem[T]) {
 	switch {
 	case len(it.next) > 0 && p.abandoned.Load():
 		unrun = it.next[0]
@@ -406,17 +334,11 @@ func (p *Pipeline[T]) finish(it *pitem[T], r Result[T]) {
 		n := it.next[0]
 		n.next = it.next[1:]
 		p.inflight[it.Key] = n
-		p.ready = append([]*pitem[T]{n}, p.ready...)
+		p.readyLocked(n, true)
 	default:
 		delete(p.inflight, it.Key)
 	}
-	p.mu.Unlock()
-	<-p.slots
-	p.items.Done()
-	if unrun != nil {
-		p.finish(unrun, notRun[T](unrun.Key, ErrPipelineStopped))
-	}
-	p.poke()
+	return unrun
 }
 
 // notRun is the result of a message that was never claimed and never will be.
@@ -467,8 +389,15 @@ func (p *Pipeline[T]) Shutdown(ctx context.Context) error {
 func (p *Pipeline[T]) stop() {
 	p.items.Wait()
 	close(p.quit)
-	close(p.runq) // every message is answered: nothing more is claimed
+	p.mu.Lock()
+	p.runClosed = true // every message is answered: nothing more is claimed
+	p.workCond.Broadcast()
+	p.mu.Unlock()
 	p.loops.Wait()
+	p.mu.Lock()
+	p.timer.Stop()
+	p.timerAt = -1 // never armed again
+	p.mu.Unlock()
 	p.keep.stop()
 	close(p.done)
 }
@@ -482,9 +411,7 @@ func (p *Pipeline[T]) abandon() {
 	waiting := p.ready
 	p.ready = nil
 	for _, first := range p.inflight {
-		if first.lease.cancel != nil {
-			first.lease.cancel(ErrPipelineStopped)
-		}
+		first.lease.cancel(ErrPipelineStopped)
 	}
 	p.mu.Unlock()
 	for _, it := range waiting {

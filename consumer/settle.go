@@ -97,7 +97,8 @@ func (a *attempt[T]) decide(caller context.Context, e *engine) {
 	}
 	f := ending{started: a.started, herr: a.herr, recorded: a.hctx.completed.Load(),
 		stopped: e.stoppedBy(), cancelled: context.Cause(caller), own: context.Cause(a.hctx.Context)}
-	if lost := e.keep.lostErr(&a.lease); lost != nil {
+	lost, live := e.keep.state(&a.lease)
+	if lost != nil {
 		f.lost = lost
 	}
 	v, err := verdictOf(f)
@@ -106,7 +107,7 @@ func (a *attempt[T]) decide(caller context.Context, e *engine) {
 	case verdictRelease:
 		a.res.Outcome, a.res.Err = Error, err
 	case verdictSend:
-		a.st.Late = !e.keep.live(&a.lease)
+		a.st.Late = !live
 		a.res.ResultDropped = fillSettlement(e.s, &a.st, a.value, a.herr)
 	}
 }
@@ -165,7 +166,8 @@ var settleDelays = []time.Duration{10 * time.Millisecond, 50 * time.Millisecond,
 // while it refuses every settlement must not hold the message forever; the
 // keeper then stops renewing, and the record is taken over once its lease ends.
 func resendable(err error, live bool, tries int, lease time.Duration) bool {
-	return live && tries < resendLimit(lease) && errors.Is(err, ErrStoreUnavailable)
+	// The cheap tests first: this runs for every settlement, and most are answered nil.
+	return err != nil && live && errors.Is(err, ErrStoreUnavailable) && tries < resendLimit(lease)
 }
 
 // resendLimit is how many times a settlement is sent, at most, under a lease:
@@ -209,13 +211,23 @@ func sendSettlements[T any](ctx context.Context, e *engine, as []*attempt[T]) {
 		*buf = sts[:0]
 		settlementBufs.Put(buf)
 	}
+	// Which to send again, and the others no longer kept, under one lock.
+	e.keep.mu.Lock()
+	now := mono(time.Now())
 	for n, a := range as {
-		if a.resend = resendable(reps[n].Err, e.keep.live(&a.lease), a.tries, e.s.Lease); a.resend {
+		if a.resend = resendable(reps[n].Err, e.keep.liveLocked(&a.lease, now), a.tries, e.s.Lease); !a.resend {
+			e.keep.finishLocked(&a.lease)
+		}
+	}
+	e.keep.mu.Unlock()
+	for n, a := range as {
+		if a.resend {
 			continue
 		}
 		r := a.res
 		finishResult(r, a.value, a.herr, reps[n])
-		if lost := e.keep.finish(&a.lease); lost != nil && errors.Is(r.Err, ErrLeaseLost) {
+		// Settled: the keeper no longer writes the lease, and lost is final.
+		if lost := a.lease.lost; lost != nil && errors.Is(r.Err, ErrLeaseLost) {
 			r.Err = lost
 		}
 		if errors.Is(r.Err, ErrLeaseLost) {

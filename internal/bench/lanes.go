@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -174,7 +175,7 @@ func (r *rig) batchLane(all []consumer.Key, flights int) error {
 				for i := range items {
 					items[i] = consumer.BatchItem{Key: all[start+i], Payload: payload}
 				}
-				for i, res := range consumer.ExecuteBatch(r.ctx, r.store, items, h) {
+				for i, res := range consumer.ExecuteBatch(r.ctx, r.counted, items, h) {
 					if res.Outcome != consumer.Success {
 						errs <- fmt.Errorf("message %d: %v %v", start+i, res.Outcome, res.Err)
 						return
@@ -188,10 +189,32 @@ func (r *rig) batchLane(all []consumer.Key, flights int) error {
 	return <-errs
 }
 
-// pipelineLane runs all through one consumer.Pipeline: claims and completions
-// batched from whatever is waiting, two calls of each in flight.
-func (r *rig) pipelineLane(all []consumer.Key) error {
-	p, err := consumer.NewPipeline[struct{}](r.ctx, r.store, consumer.WithMaxBatch(r.b))
+// slowBatchLane runs all through ExecuteBatch, B at a time with B handlers at
+// once, each handler taking 2 ms.
+func (r *rig) slowBatchLane(all []consumer.Key) error {
+	h := func(context.Context, int, consumer.BatchItem) (struct{}, error) {
+		time.Sleep(2 * time.Millisecond)
+		return struct{}{}, nil
+	}
+	items := make([]consumer.BatchItem, r.b)
+	for start := 0; start < len(all); start += r.b {
+		for i := range items {
+			items[i] = consumer.BatchItem{Key: all[start+i], Payload: payload}
+		}
+		for i, res := range consumer.ExecuteBatch(r.ctx, r.counted, items, h, consumer.WithConcurrency(r.b)) {
+			if res.Outcome != consumer.Success {
+				return fmt.Errorf("message %d: %v %v", start+i, res.Outcome, res.Err)
+			}
+		}
+	}
+	return nil
+}
+
+// pipelineLane runs all through one consumer.Pipeline with its defaults but
+// WithMaxBatch(B): claims and completions batched from whatever is waiting, two
+// calls of each in flight. Each handler takes pause (0: a no-op).
+func (r *rig) pipelineLane(all []consumer.Key, pause time.Duration) error {
+	p, err := consumer.NewPipeline[struct{}](r.ctx, r.counted, consumer.WithMaxBatch(r.b))
 	if err != nil {
 		return err
 	}
@@ -200,6 +223,9 @@ func (r *rig) pipelineLane(all []consumer.Key) error {
 	var mu sync.Mutex
 	wg.Add(len(all))
 	run := func(context.Context) (struct{}, error) { return struct{}{}, nil }
+	if pause > 0 {
+		run = func(context.Context) (struct{}, error) { time.Sleep(pause); return struct{}{}, nil }
+	}
 	done := func(res consumer.Result[struct{}]) {
 		if res.Outcome != consumer.Success {
 			mu.Lock()
@@ -218,4 +244,27 @@ func (r *rig) pipelineLane(all []consumer.Key) error {
 		return err
 	}
 	return failed
+}
+
+// callCounter counts the claim and settle calls of the stores it observes.
+type callCounter struct{ claims, settles atomic.Int64 }
+
+var (
+	_ consumer.ClaimHook  = (*callCounter)(nil)
+	_ consumer.SettleHook = (*callCounter)(nil)
+)
+
+func (c *callCounter) OnClaim(consumer.ClaimEvent)   { c.claims.Add(1) }
+func (c *callCounter) OnSettle(consumer.SettleEvent) { c.settles.Add(1) }
+
+func (c *callCounter) load() callCount {
+	return callCount{claims: c.claims.Load(), settles: c.settles.Load()}
+}
+
+// callCount is a lane's claim and settle calls, summed over its slices.
+type callCount struct{ claims, settles int64 }
+
+func (c *callCount) add(now, before callCount) {
+	c.claims += now.claims - before.claims
+	c.settles += now.settles - before.settles
 }
