@@ -122,3 +122,7 @@ down:
 
 clean:
 	rm -rf bin
+
+## bench-durability: the Redis store with and without WithReplicaAcks(1, ...) (and on claims) against a private primary and replica, 3 repetitions
+bench-durability:
+	$(GO) run ./internal/bench/durability
