@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -128,4 +129,72 @@ func startSentinelAfter(name string, primary *Server, downAfter time.Duration) (
 		return nil, err
 	}
 	return s, nil
+}
+
+// ReplicatedCluster is a Redis Cluster of three private masters, each with one
+// private replica. The replicas take DEBUG from loopback (DEBUG SLEEP stalls one,
+// as a partition stalls its replication).
+type ReplicatedCluster struct {
+	Cluster
+	Replicas []*Server // Replicas[i] follows Nodes[i]
+}
+
+// RedisReplicatedCluster starts a three-master Redis Cluster with one replica per
+// master for t, stopped when t ends, and returns once every replica has caught up.
+// It needs redis-server on PATH.
+func RedisReplicatedCluster(t testing.TB) *ReplicatedCluster {
+	t.Helper()
+	c, err := startCluster()
+	if err != nil {
+		missing(t, "Redis Cluster (three private redis-server processes; install redis-server)", err)
+	}
+	rc := &ReplicatedCluster{Cluster: *c}
+	t.Cleanup(rc.kill)
+	ctx := context.Background()
+	for _, m := range c.Nodes {
+		r, err := startRedis([]string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+			"--cluster-node-timeout", "5000", "--enable-debug-command", "local"})
+		if err != nil {
+			t.Fatalf("cluster replica: %v", err)
+		}
+		rc.Replicas = append(rc.Replicas, r)
+		mc := redis.NewClient(&redis.Options{Addr: m.Addr})
+		id, err := mc.Do(ctx, "CLUSTER", "MYID").Text()
+		_ = mc.Close()
+		if err != nil {
+			t.Fatalf("cluster master id: %v", err)
+		}
+		cl := redis.NewClient(&redis.Options{Addr: r.Addr})
+		err = cl.ClusterMeet(ctx, "127.0.0.1", strconv.Itoa(m.Port)).Err()
+		if err == nil {
+			// The replica may not know the master's id until the handshake ends.
+			Eventually(t, 30*time.Second, "the replica to follow its master", func() bool {
+				return cl.Do(ctx, "CLUSTER", "REPLICATE", id).Err() == nil
+			})
+		}
+		_ = cl.Close()
+		if err != nil {
+			t.Fatalf("cluster replica meet: %v", err)
+		}
+	}
+	for _, m := range c.Nodes {
+		mc := redis.NewClient(&redis.Options{Addr: m.Addr})
+		Eventually(t, 30*time.Second, "the cluster's replica to catch up", func() bool {
+			n, err := mc.Wait(ctx, 1, 100*time.Millisecond).Result()
+			return err == nil && n >= 1
+		})
+		Eventually(t, 30*time.Second, "the cluster to know six nodes", func() bool {
+			info, err := mc.ClusterInfo(ctx).Result()
+			return err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_known_nodes:6")
+		})
+		_ = mc.Close()
+	}
+	return rc
+}
+
+func (c *ReplicatedCluster) kill() {
+	c.Cluster.kill()
+	for _, r := range c.Replicas {
+		r.kill()
+	}
 }
