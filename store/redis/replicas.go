@@ -120,54 +120,74 @@ func replicaAcksOf(s consumer.Settings, client goredis.UniversalClient) (replica
 }
 
 // awaitReplicas waits until the replicas of every primary that holds one of keys
-// acknowledged every write this store made to it before the call. WAIT counts a
+// acknowledged every write this store made to it before the call, and answers
+// per key: nil, or why its primary's replicas did not acknowledge. WAIT counts a
 // connection's writes, and a pooled connection need not be the one that carried
 // them, so each wait goes in one round trip behind a write of its own (a marker
 // key beside the records, on the same primary, expiring at once): the replication
 // offset that write reaches covers every write the primary applied before it.
-func (r *Store) awaitReplicas(ctx context.Context, keys []string, claiming bool) error {
+func (r *Store) awaitReplicas(ctx context.Context, keys []string, claiming bool) []error {
+	out := make([]error, len(keys))
 	switch c := r.client.(type) {
 	case *goredis.Client:
-		return r.awaitNode(ctx, c, r.s.Prefix+":acks", claiming)
+		if err := r.awaitNode(ctx, c, r.s.Prefix+":acks", claiming); err != nil {
+			for i := range out {
+				out[i] = err
+			}
+		}
 	case *goredis.ClusterClient:
-		return r.awaitCluster(ctx, c, keys, claiming)
+		r.awaitCluster(ctx, c, keys, claiming, out)
+	default: // NewStore refuses it
+		err := configError("WithReplicaAcks with a %T", r.client)
+		for i := range out {
+			out[i] = err
+		}
 	}
-	return configError("WithReplicaAcks with a %T", r.client) // NewStore refuses it
+	return out
 }
 
-// awaitCluster waits on each primary that holds one of keys, at once.
-func (r *Store) awaitCluster(ctx context.Context, cc *goredis.ClusterClient, keys []string, claiming bool) error {
-	marks := map[*goredis.Client]string{}
-	for _, k := range keys {
+// awaitCluster waits on each primary that holds one of keys, all at once, and
+// sets out[i] for the keys of a primary whose replicas did not acknowledge.
+func (r *Store) awaitCluster(ctx context.Context, cc *goredis.ClusterClient, keys []string, claiming bool, out []error) {
+	type primary struct {
+		mark string
+		idx  []int
+		err  error
+	}
+	var nodes []*primary
+	at := map[*goredis.Client]*primary{}
+	for i, k := range keys {
 		node, err := cc.MasterForKey(ctx, k)
 		if err != nil {
-			return err
+			out[i] = err
+			continue
 		}
-		if _, ok := marks[node]; !ok {
-			marks[node] = r.s.Prefix + ":acks:{" + lua.HashTag(k) + "}"
+		p := at[node]
+		if p == nil {
+			p = &primary{mark: r.s.Prefix + ":acks:{" + lua.HashTag(k) + "}"}
+			at[node] = p
+			nodes = append(nodes, p)
 		}
-	}
-	if len(marks) == 1 {
-		for node, mark := range marks {
-			return r.awaitNode(ctx, node, mark, claiming)
-		}
+		p.idx = append(p.idx, i)
 	}
 	var wg sync.WaitGroup
-	errs := make(chan error, len(marks))
-	for node, mark := range marks {
+	for node, p := range at {
+		if len(at) == 1 {
+			p.err = r.awaitNode(ctx, node, p.mark, claiming)
+			break
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs <- r.awaitNode(ctx, node, mark, claiming)
+			p.err = r.awaitNode(ctx, node, p.mark, claiming)
 		}()
 	}
 	wg.Wait()
-	close(errs)
-	var all []error
-	for err := range errs {
-		all = append(all, err)
+	for _, p := range nodes {
+		for _, i := range p.idx {
+			out[i] = p.err
+		}
 	}
-	return errors.Join(all...)
 }
 
 // markerTTL is how long a marker key lives: nothing reads it.
@@ -226,11 +246,11 @@ func (r *Store) settleAcks(ctx context.Context, b *settleBatch) {
 	if len(applied) == 0 {
 		return
 	}
-	err := r.awaitReplicas(ctx, keys, false)
-	if err == nil {
-		return
-	}
-	for _, i := range applied {
+	for j, err := range r.awaitReplicas(ctx, keys, false) {
+		if err == nil {
+			continue
+		}
+		i := applied[j]
 		op := "complete"
 		if !b.items[i].Complete {
 			op = "fail"
@@ -256,12 +276,12 @@ func (r *Store) claimAcks(ctx context.Context, b *beginBatch) {
 	if len(changed) == 0 {
 		return
 	}
-	err := r.awaitReplicas(ctx, keys, true)
-	if err == nil {
-		return
-	}
+	errs := r.awaitReplicas(ctx, keys, true)
 	var back []consumer.Owned
-	for _, i := range changed {
+	for j, i := range changed {
+		if errs[j] == nil {
+			continue
+		}
 		if st := b.out[i].Status; st == consumer.StatusAcquired || st == consumer.StatusTakenOver {
 			c := &b.claims[i]
 			back = append(back, consumer.Owned{Key: c.Key, Ref: b.out[i].Ref, Owner: c.Owner, Fence: b.out[i].Fence})
@@ -270,7 +290,9 @@ func (r *Store) claimAcks(ctx context.Context, b *beginBatch) {
 	if len(back) > 0 {
 		_ = r.owned(ctx, "release", back) // the claims lapse with their leases if this fails too
 	}
-	for _, i := range changed {
-		b.out[i] = consumer.ClaimReply{Ref: b.out[i].Ref, Err: &consumer.StoreError{Op: "begin", Err: err}}
+	for j, i := range changed {
+		if errs[j] != nil {
+			b.out[i] = consumer.ClaimReply{Ref: b.out[i].Ref, Err: &consumer.StoreError{Op: "begin", Err: errs[j]}}
+		}
 	}
 }

@@ -264,3 +264,167 @@ func TestReplicaAcksSentinelPartition(t *testing.T) {
 		t.Fatalf("handler runs after the failover: %d; want 20", n)
 	}
 }
+
+// TestReplicaAcksCluster: on a Redis Cluster of three masters with one replica
+// each, WithReplicaAcks waits on every master a batch wrote to. 300 keys over all
+// three: every completion is reported done only once its replica has it (the 300
+// records are on the replicas when ExecuteBatch returns), each handler ran once.
+// Asking for two replicas where each master has one: every settlement of a batch
+// is reported not durable, no handler runs twice, and the keys are duplicates
+// afterwards; under WithReplicaAcksOnClaims the claims are refused instead, no
+// handler runs, and the keys run once when asked of one replica. With one
+// replica stalled, one batch over all masters completes its keys on the other
+// masters and reports those on the stalled replica's master not durable, naming
+// that master.
+func TestReplicaAcksCluster(t *testing.T) {
+	rc := testenv.RedisReplicatedCluster(t)
+	client := rc.Client(t)
+	ctx := context.Background()
+	prefix := testenv.Prefix(t)
+	newStore := func(n int, lease time.Duration, extra ...consumer.Option) *redisstore.Store {
+		t.Helper()
+		opts := append([]consumer.Option{consumer.WithPrefix(prefix), consumer.WithScope("cluster"),
+			consumer.WithLease(lease), consumer.WithCallTimeout(2 * time.Second),
+			redisstore.WithReplicaAcks(n, 300*time.Millisecond)}, extra...)
+		s, err := redisstore.NewStore(client, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	rcount := &runCounter{runs: map[consumer.Key]int{}}
+	batch := func(s *redisstore.Store, name string, n int) []consumer.Result[string] {
+		items := make([]consumer.BatchItem, n)
+		for i := range items {
+			items[i] = consumer.BatchItem{Key: consumer.Key(fmt.Sprintf("%s-%d", name, i))}
+		}
+		return consumer.ExecuteBatch(ctx, s, items, func(ctx context.Context, _ int, it consumer.BatchItem) (string, error) {
+			return rcount.handler(it.Key)(ctx)
+		})
+	}
+	one := newStore(1, 30*time.Second, redisstore.WithReplicaAcksOnClaims())
+	for lo := 0; lo < 300; lo += 100 {
+		for _, r := range batch(one, fmt.Sprintf("acked-%d", lo), 100) {
+			if r.Outcome != consumer.Success {
+				t.Fatalf("%s: %v %v", r.Key, r.Outcome, r.Err)
+			}
+		}
+	}
+	// Every record is on a replica already: count them there.
+	onReplicas, replicasWithSome := 0, 0
+	for _, r := range rc.Replicas {
+		c := r.Client(t)
+		var keys []string
+		iter := c.Scan(ctx, 0, prefix+":{cluster:acked-*", 1000).Iterator()
+		for iter.Next(ctx) {
+			keys = append(keys, iter.Val())
+		}
+		if err := iter.Err(); err != nil {
+			t.Fatal(err)
+		}
+		onReplicas += len(keys)
+		if len(keys) > 0 {
+			replicasWithSome++
+		}
+	}
+	if onReplicas != 300 || replicasWithSome != 3 {
+		t.Fatalf("%d records on the replicas (%d of 3 replicas hold some); want 300 over all 3", onReplicas, replicasWithSome)
+	}
+
+	two := newStore(2, time.Second)
+	for _, r := range batch(two, "short", 30) {
+		var nd *redisstore.NotDurableError
+		if r.Outcome != consumer.Error || !errors.As(r.Err, &nd) || nd.Want != 2 || nd.Acked > 1 {
+			t.Fatalf("%s with two replicas asked of one: %v %v; want a not-durable store error", r.Key, r.Outcome, r.Err)
+		}
+	}
+	if n := rcount.total(); n != 330 {
+		t.Fatalf("handler runs %d; want 330", n)
+	}
+	twoClaims := newStore(2, time.Second, redisstore.WithReplicaAcksOnClaims())
+	for _, r := range batch(twoClaims, "refused", 30) {
+		var nd *redisstore.NotDurableError
+		if r.Outcome != consumer.Error || !errors.As(r.Err, &nd) || !nd.Claiming {
+			t.Fatalf("%s claimed with two replicas asked of one: %v %v; want a not-durable claim", r.Key, r.Outcome, r.Err)
+		}
+	}
+	if n := rcount.total(); n != 330 {
+		t.Fatalf("handler runs after refused claims %d; want 330", n)
+	}
+	for _, r := range batch(one, "short", 30) {
+		if r.Outcome != consumer.Duplicate {
+			t.Fatalf("%s again: %v %v; want its duplicate", r.Key, r.Outcome, r.Err)
+		}
+	}
+	for _, r := range batch(one, "refused", 30) {
+		if r.Outcome != consumer.Success {
+			t.Fatalf("%s again: %v %v; want it run now", r.Key, r.Outcome, r.Err)
+		}
+	}
+	if n := rcount.total(); n != 360 {
+		t.Fatalf("handler runs %d; want 360", n)
+	}
+
+	// One replica stalls (DEBUG SLEEP), as a partition stalls its replication.
+	byMaster := map[string][]consumer.Key{}
+	for i := 0; len(byMaster[rc.Nodes[0].Addr]) < 20 || len(byMaster[rc.Nodes[1].Addr]) < 20 || len(byMaster[rc.Nodes[2].Addr]) < 20; i++ {
+		k := consumer.Key(fmt.Sprintf("stall-%d", i))
+		m, err := client.MasterForKey(ctx, one.RecordKey(k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		byMaster[m.Options().Addr] = append(byMaster[m.Options().Addr], k)
+	}
+	// Sent once, read without a timeout: a retried DEBUG SLEEP would queue another.
+	stalled := redis.NewClient(&redis.Options{Addr: rc.Replicas[2].Addr, ReadTimeout: -1, MaxRetries: -1})
+	defer stalled.Close()
+	sleeping := make(chan error, 1)
+	go func() { sleeping <- stalled.Do(context.Background(), "DEBUG", "SLEEP", "6").Err() }()
+	probe := redis.NewClient(&redis.Options{Addr: rc.Replicas[2].Addr, ReadTimeout: 50 * time.Millisecond, MaxRetries: -1})
+	defer probe.Close()
+	testenv.Eventually(t, 10*time.Second, "the replica to stall", func() bool { return probe.Ping(ctx).Err() != nil })
+	run := func(s *redisstore.Store, keys []consumer.Key) []consumer.Result[string] {
+		items := make([]consumer.BatchItem, len(keys))
+		for i, k := range keys {
+			items[i] = consumer.BatchItem{Key: k}
+		}
+		return consumer.ExecuteBatch(ctx, s, items, func(ctx context.Context, _ int, it consumer.BatchItem) (string, error) {
+			return rcount.handler(it.Key)(ctx)
+		})
+	}
+	// One batch over all three masters: the keys of the two whose replicas answer
+	// are reported done, those of the stalled replica's master not durable.
+	healthy := append(append([]consumer.Key{}, byMaster[rc.Nodes[0].Addr]...), byMaster[rc.Nodes[1].Addr]...)
+	stalledKeys := byMaster[rc.Nodes[2].Addr]
+	onStalled := map[consumer.Key]bool{}
+	for _, k := range stalledKeys {
+		onStalled[k] = true
+	}
+	short := newStore(1, time.Second)
+	for _, r := range run(short, append(append([]consumer.Key{}, healthy...), stalledKeys...)) {
+		var nd *redisstore.NotDurableError
+		switch {
+		case !onStalled[r.Key] && r.Outcome != consumer.Success:
+			t.Fatalf("%s on a master whose replica answers: %v %v", r.Key, r.Outcome, r.Err)
+		case onStalled[r.Key] && (r.Outcome != consumer.Error || !errors.As(r.Err, &nd) || nd.Addr != rc.Nodes[2].Addr):
+			t.Fatalf("%s on the master of the stalled replica: %v %v; want not durable there", r.Key, r.Outcome, r.Err)
+		}
+	}
+	for _, r := range run(one, stalledKeys) { // the primary has them: duplicates
+		if r.Outcome != consumer.Duplicate {
+			t.Fatalf("%s again: %v %v; want its duplicate", r.Key, r.Outcome, r.Err)
+		}
+	}
+	if err := <-sleeping; err != nil {
+		t.Fatalf("DEBUG SLEEP: %v", err)
+	}
+	want := 360 + len(healthy) + len(stalledKeys)
+	if n := rcount.total(); n != want {
+		t.Fatalf("handler runs %d; want %d", n, want)
+	}
+	for k, n := range rcount.runs {
+		if n != 1 {
+			t.Fatalf("%s ran %d times", k, n)
+		}
+	}
+}
