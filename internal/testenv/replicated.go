@@ -80,9 +80,26 @@ func (s *ReplicatedSentinel) WaitSynced(t testing.TB, within time.Duration) {
 	c := redis.NewClient(&redis.Options{Addr: s.Primary.Addr})
 	defer c.Close()
 	Eventually(t, within, "the replica to catch up with the primary", func() bool {
-		n, err := c.Wait(context.Background(), 1, 100*time.Millisecond).Result()
+		n, err := ReplicasAcked(context.Background(), c, "idemkit-testenv:acked", 1, 100*time.Millisecond)
 		return err == nil && n >= 1
 	})
+}
+
+// ReplicasAcked answers how many replicas of c's server acknowledged, within
+// timeout, every write the server applied before the call: WAIT counts only the
+// writes of its own connection, so it is sent behind a write of its own to mark
+// (a key that expires at once; on a cluster node, one of a slot it serves) on one
+// connection.
+func ReplicasAcked(ctx context.Context, c *redis.Client, mark string, n int, timeout time.Duration) (int64, error) {
+	pipe := c.Pipeline()
+	set := pipe.Set(ctx, mark, "", time.Second)
+	wait := redis.NewIntCmd(ctx, "wait", n, timeout.Milliseconds())
+	_ = pipe.Process(ctx, wait)
+	_, _ = pipe.Exec(ctx)
+	if err := set.Err(); err != nil {
+		return 0, err
+	}
+	return wait.Result()
 }
 
 // Failover kills the primary (SIGKILL) and waits until the Sentinel has promoted
@@ -179,7 +196,8 @@ func RedisReplicatedCluster(t testing.TB) *ReplicatedCluster {
 	}
 	for _, m := range c.Nodes {
 		mc := redis.NewClient(&redis.Options{Addr: m.Addr})
-		Eventually(t, 30*time.Second, "the cluster's replica to catch up", func() bool {
+		Eventually(t, 30*time.Second, "the cluster's replica to follow", func() bool {
+			// Nothing is written yet: WAIT answers the replicas connected.
 			n, err := mc.Wait(ctx, 1, 100*time.Millisecond).Result()
 			return err == nil && n >= 1
 		})

@@ -41,8 +41,9 @@
 //
 // WithReplicaAcks(n, timeout) makes every settlement (a completion, or a recorded
 // failure) wait, after the primary applied it, until n replicas have acknowledged
-// the write (Redis WAIT), for at most timeout. WithReplicaAcksOnClaims makes claims
-// wait too. What a timeout means is fixed: the transition has been applied on the
+// the write (Redis WAIT), for at most timeout, and so does a claim answered with
+// an outcome (a duplicate, an exhausted key). WithReplicaAcksOnClaims makes
+// granted claims wait too. What a timeout means is fixed: the transition has been applied on the
 // primary but is reported as not durable, as a *consumer.StoreError wrapping a
 // *NotDurableError (both errors.Is ErrNotDurable and consumer.ErrStoreUnavailable).
 // The engine treats that answer like any unclear settlement reply: it sends the

@@ -23,26 +23,28 @@ type NotDurableError struct {
 	Acked    int           // replicas that acknowledged it within Timeout
 	Want     int           // replicas WithReplicaAcks asked for
 	Timeout  time.Duration // WithReplicaAcks's timeout
-	Claiming bool          // the write was a claim (WithReplicaAcksOnClaims)
+	Claiming bool          // it answered a claim (a claim granted, or a record found settled)
 }
 
 func (e *NotDurableError) Error() string {
-	what := "settlement"
+	what, then := "settlement", "it is applied on the primary and is sent again while the lease lives (the handler does not run again)"
 	if e.Claiming {
-		what = "claim"
+		what, then = "record a claim made or found", "the claim is not used (the message is retried)"
 	}
-	return fmt.Sprintf("redis: not durable: %d of %d replicas of %s acknowledged the %s within %v; "+
-		"it is applied on the primary and is sent again (the handler does not run again); "+
+	return fmt.Sprintf("redis: not durable: %d of %d replicas of %s acknowledged the %s within %v: %s; "+
 		"check the replicas' links (INFO replication) or lower WithReplicaAcks's count",
-		e.Acked, e.Want, e.Addr, what, e.Timeout)
+		e.Acked, e.Want, e.Addr, what, e.Timeout, then)
 }
 
 // Unwrap returns ErrNotDurable.
 func (e *NotDurableError) Unwrap() error { return ErrNotDurable }
 
 // WithReplicaAcks makes settlements wait until n replicas acknowledged them (Redis
-// WAIT), for at most timeout, before the outcome is reported; see the durability
-// levels above for what a timeout reports. Default: off (n 0: the primary's
+// WAIT), for at most timeout, before the outcome is reported, and so do claims
+// answered with an outcome (a duplicate of a completed or failed record, an
+// exhausted key), since the record they read may come from a settlement that was
+// reported not durable; see the package's durability levels for what a timeout
+// reports. Default: off (n 0: the primary's
 // answer is the outcome). n must be at least 0, and timeout more than 0 and less
 // than both the store's call timeout (WithCallTimeout) and the client's read
 // timeout, so that the wait ends before the call's bound does. It works with a
@@ -59,8 +61,8 @@ func WithReplicaAcks(n int, timeout time.Duration) consumer.Option {
 // names, too: a claim the primary granted but too few replicas acknowledged is
 // given back (released, not counted as an attempt) and answered as not durable,
 // so its handler does not start on a claim a failover could lose, where a second
-// worker could claim the key again while the first still runs. Answers that
-// changed nothing (a duplicate, a claim in progress elsewhere) do not wait.
+// worker could claim the key again while the first still runs. A key in progress
+// elsewhere or in conflict does not wait.
 // Default: off (claims are reported once the primary granted them). Without
 // WithReplicaAcks it does nothing.
 func WithReplicaAcksOnClaims() consumer.Option {
@@ -259,26 +261,38 @@ func (r *Store) settleAcks(ctx context.Context, b *settleBatch) {
 	}
 }
 
-// claimAcks waits for the replicas of the claims b changed a record for (granted,
-// taken over, or exhausted). When they did not acknowledge, those claims answer
-// as not durable, and the granted ones are given back first, uncounted.
+// claimAcks waits for the replicas behind the claim answers of b that report an
+// outcome (a duplicate of a completed or failed record, an exhausted key: the
+// record read may come from a settlement that was not durable), and, under
+// WithReplicaAcksOnClaims, behind the claims it granted. Where they did not
+// acknowledge, those answers are not durable, and the granted claims are given
+// back first, uncounted.
 func (r *Store) claimAcks(ctx context.Context, b *beginBatch) {
 	var keys []string
-	var changed []int
+	var waits []int
 	for i := range b.out {
 		c := &b.out[i]
-		if c.Err == nil && (c.Status == consumer.StatusAcquired || c.Status == consumer.StatusTakenOver ||
-			c.Status == consumer.StatusExhausted) {
-			changed = append(changed, i)
-			keys = append(keys, c.Ref)
+		if c.Err != nil {
+			continue
 		}
+		switch c.Status {
+		case consumer.StatusCompleted, consumer.StatusFailed, consumer.StatusExhausted:
+		case consumer.StatusAcquired, consumer.StatusTakenOver:
+			if !r.acks.claims {
+				continue
+			}
+		default:
+			continue
+		}
+		waits = append(waits, i)
+		keys = append(keys, c.Ref)
 	}
-	if len(changed) == 0 {
+	if len(waits) == 0 {
 		return
 	}
 	errs := r.awaitReplicas(ctx, keys, true)
 	var back []consumer.Owned
-	for j, i := range changed {
+	for j, i := range waits {
 		if errs[j] == nil {
 			continue
 		}
@@ -290,7 +304,7 @@ func (r *Store) claimAcks(ctx context.Context, b *beginBatch) {
 	if len(back) > 0 {
 		_ = r.owned(ctx, "release", back) // the claims lapse with their leases if this fails too
 	}
-	for j, i := range changed {
+	for j, i := range waits {
 		if errs[j] != nil {
 			b.out[i] = consumer.ClaimReply{Ref: b.out[i].Ref, Err: &consumer.StoreError{Op: "begin", Err: errs[j]}}
 		}

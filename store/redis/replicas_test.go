@@ -169,6 +169,12 @@ func TestReplicaAcksSentinelPartition(t *testing.T) {
 		}
 	}
 
+	// A duplicate read from the primary waits for the replica too: the completion it
+	// found was not durable. Reported not durable, no handler run.
+	if r := run(long, lapsed[0]); r.Outcome != consumer.Error || !errors.Is(r.Err, redisstore.ErrNotDurable) {
+		t.Fatalf("%s again during the partition: %v %v; want a not-durable store error", lapsed[0], r.Outcome, r.Err)
+	}
+
 	// A claim that waits for the replica: refused as not durable, its handler not run.
 	refused := keys("refused", 2)
 	for _, k := range refused {
@@ -248,20 +254,30 @@ func TestReplicaAcksSentinelPartition(t *testing.T) {
 	env.WaitSynced(t, 20*time.Second) // the lapsed ones, which no one waited for, too
 
 	// A failover: the primary SIGKILLed, the replica promoted. Every completion
-	// reported done is there: each key is a duplicate, no handler runs again.
+	// reported done is there: each key is a duplicate, no handler runs again. (Read
+	// through a store that does not wait: the promoted replica has no replica of
+	// its own, so under WithReplicaAcks every answer is now not durable.)
 	env.Failover(t, 60*time.Second)
+	reader, err := redisstore.NewStore(client, consumer.WithPrefix(prefix), consumer.WithScope("durability"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, k := range all {
 		var r consumer.Result[string]
 		testenv.Eventually(t, 30*time.Second, "the client to reach the promoted replica", func() bool {
-			r = run(long, k)
+			r = run(reader, k)
 			return !errors.Is(r.Err, consumer.ErrStoreUnavailable)
 		})
 		if r.Outcome != consumer.Duplicate || r.Value != "done "+string(k) {
 			t.Fatalf("%s after the failover: %v %q %v; want its duplicate", k, r.Outcome, r.Value, r.Err)
 		}
 	}
-	if n := rc.total(); n != 20 {
-		t.Fatalf("handler runs after the failover: %d; want 20", n)
+	// With no replica left, a new completion runs once and is not durable.
+	if r := run(short, "after"); r.Outcome != consumer.Error || !errors.Is(r.Err, redisstore.ErrNotDurable) {
+		t.Fatalf("a completion with no replica: %v %v; want a not-durable store error", r.Outcome, r.Err)
+	}
+	if n := rc.total(); n != 21 || rc.of("after") != 1 {
+		t.Fatalf("handler runs after the failover: %d (%d of them the new key's); want 21 (1)", n, rc.of("after"))
 	}
 }
 
@@ -275,7 +291,8 @@ func TestReplicaAcksSentinelPartition(t *testing.T) {
 // handler runs, and the keys run once when asked of one replica. With one
 // replica stalled, one batch over all masters completes its keys on the other
 // masters and reports those on the stalled replica's master not durable, naming
-// that master.
+// that master; reading those keys again while it sleeps is not durable either, and
+// once it has caught up they are duplicates.
 func TestReplicaAcksCluster(t *testing.T) {
 	rc := testenv.RedisReplicatedCluster(t)
 	client := rc.Client(t)
@@ -410,13 +427,27 @@ func TestReplicaAcksCluster(t *testing.T) {
 			t.Fatalf("%s on the master of the stalled replica: %v %v; want not durable there", r.Key, r.Outcome, r.Err)
 		}
 	}
-	for _, r := range run(one, stalledKeys) { // the primary has them: duplicates
-		if r.Outcome != consumer.Duplicate {
-			t.Fatalf("%s again: %v %v; want its duplicate", r.Key, r.Outcome, r.Err)
+	// Read again while the replica sleeps: the records found were not durable, so
+	// the duplicates are not either; no handler runs.
+	for _, r := range run(one, stalledKeys) {
+		if r.Outcome != consumer.Error || !errors.Is(r.Err, redisstore.ErrNotDurable) {
+			t.Fatalf("%s again while its replica is stalled: %v %v; want not durable", r.Key, r.Outcome, r.Err)
 		}
 	}
 	if err := <-sleeping; err != nil {
 		t.Fatalf("DEBUG SLEEP: %v", err)
+	}
+	master := redis.NewClient(&redis.Options{Addr: rc.Nodes[2].Addr})
+	defer master.Close()
+	probeKey := one.RecordKey(stalledKeys[0]) + ":probe" // the same hash tag: on that master
+	testenv.Eventually(t, 30*time.Second, "the stalled replica to catch up", func() bool {
+		n, err := testenv.ReplicasAcked(ctx, master, probeKey, 1, 100*time.Millisecond)
+		return err == nil && n == 1
+	})
+	for _, r := range run(one, stalledKeys) { // the primary has them, and now the replica: duplicates
+		if r.Outcome != consumer.Duplicate {
+			t.Fatalf("%s again: %v %v; want its duplicate", r.Key, r.Outcome, r.Err)
+		}
 	}
 	want := 360 + len(healthy) + len(stalledKeys)
 	if n := rcount.total(); n != want {

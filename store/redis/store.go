@@ -113,7 +113,7 @@ func (r *Store) Begin(ctx context.Context, claims []consumer.Claim) []consumer.C
 	defer cancel()
 	r.runner.Begin(ctx, lua.BeginArgs{Lease: r.s.Lease, Retention: r.s.Retention, MaxAttempts: r.s.MaxAttempts,
 		Now: time.Now().Unix()}, b)
-	if r.acks.n > 0 && r.acks.claims {
+	if r.acks.n > 0 {
 		r.claimAcks(ctx, b)
 	}
 	return b.out

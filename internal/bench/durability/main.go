@@ -108,7 +108,7 @@ func run(n, bn, reps int) error {
 func synced(ctx context.Context, c *redis.Client) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		if got, err := c.Wait(ctx, 1, 100*time.Millisecond).Result(); err == nil && got >= 1 {
+		if got, err := testenv.ReplicasAcked(ctx, c, "idemkit-bench:synced", 1, 100*time.Millisecond); err == nil && got >= 1 {
 			return nil
 		}
 		time.Sleep(50 * time.Millisecond)
