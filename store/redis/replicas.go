@@ -43,28 +43,26 @@ func (e *NotDurableError) Unwrap() error { return ErrNotDurable }
 // WAIT), for at most timeout, before the outcome is reported, and so do claims
 // answered with an outcome (a duplicate of a completed or failed record, an
 // exhausted key), since the record they read may come from a settlement that was
-// reported not durable; see the package's durability levels for what a timeout
-// reports. Default: off (n 0: the primary's
-// answer is the outcome). n must be at least 0, and timeout more than 0 and less
-// than both the store's call timeout (WithCallTimeout) and the client's read
-// timeout, so that the wait ends before the call's bound does. It works with a
-// single server or a Sentinel-managed primary (one WAIT per call) and with Redis
-// Cluster (one WAIT per primary the call wrote to); NewStore refuses it with a
-// go-redis Ring, whose shards have no replication to wait for. Each waiting call
-// costs one more round trip, which lasts until the replicas answer. The memory
-// store ignores it.
+// reported not durable; the package's durability levels say what a timeout
+// reports. Default: off (n 0: the primary's answer is the outcome). n must be at
+// least 0, and timeout more than 0, in whole milliseconds, and below both the
+// store's call timeout (WithCallTimeout) and the client's read timeout, so that
+// the wait ends before the call's bound does. It works with a single server or a
+// Sentinel-managed primary (one WAIT per call) and with Redis Cluster (one WAIT
+// per primary the call wrote to); NewStore refuses it with a go-redis Ring, whose
+// shards have no replication to wait for. Each waiting call costs one more round
+// trip, which lasts until the replicas answer. The memory store ignores it.
 func WithReplicaAcks(n int, timeout time.Duration) consumer.Option {
 	return consumer.StoreSetting(replicaAcksKey{}, replicaAcks{n: n, timeout: timeout, set: true})
 }
 
-// WithReplicaAcksOnClaims makes claims wait for the replicas WithReplicaAcks
-// names, too: a claim the primary granted but too few replicas acknowledged is
-// given back (released, not counted as an attempt) and answered as not durable,
-// so its handler does not start on a claim a failover could lose, where a second
-// worker could claim the key again while the first still runs. A key in progress
-// elsewhere or in conflict does not wait.
-// Default: off (claims are reported once the primary granted them). Without
-// WithReplicaAcks it does nothing.
+// WithReplicaAcksOnClaims makes granted claims wait for the replicas
+// WithReplicaAcks names, too: a claim the primary granted but too few replicas
+// acknowledged is given back (released, not counted as an attempt) and answered as
+// not durable, so its handler does not start on a claim a failover could lose,
+// where a second worker could claim the key again while the first still runs. A
+// key in progress elsewhere or in conflict does not wait. Default: off (claims are
+// reported once the primary granted them). Without WithReplicaAcks it does nothing.
 func WithReplicaAcksOnClaims() consumer.Option {
 	return consumer.StoreSetting(claimAcksKey{}, true)
 }
