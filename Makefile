@@ -176,3 +176,6 @@ screenshots:
 ## bench-ui: server time of the UI's overview and of a 100-record page on Redis with 1,000,000 records, 3 repetitions
 bench-ui:
 	IDEMKIT_UI_BENCH_RECORDS=1000000 $(GO) test -run '^$$' -bench '^BenchmarkPages$$' -benchtime 30x -count 3 -timeout 30m ./admin/ui/
+## bench-durability: the Redis store with and without WithReplicaAcks(1, ...) (and on claims) against a private primary and replica, 3 repetitions
+bench-durability:
+	$(GO) run ./internal/bench/durability

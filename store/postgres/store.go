@@ -108,8 +108,12 @@ func (st *Store) query(ctx context.Context, op, sql string, scan func(pgx.Rows) 
 // cannot both see it absent. On the plain table the statement is planned at each
 // execution (pgx's cache-describe mode: an unnamed statement, one round trip): a
 // plan cached while the table was small (a sequential scan) would otherwise
-// outlive its growth until the next ANALYZE. The partitioned table's statements
-// go through queryTx.
+// outlive its growth until the next ANALYZE. The plain claim of new keys
+// (insertSQL), whose plan has nothing to choose (rows from arrays, conflicts found
+// by the primary key), runs in the pool's own mode instead: by default a statement
+// prepared once per connection, which spares the server parsing and planning it
+// at every batch (set the pool's DefaultQueryExecMode for a pooler that cannot
+// keep prepared statements). The partitioned table's statements go through queryTx.
 func (st *Store) run(ctx context.Context, op, sql string, lock bool, scan func(pgx.Rows) error, args ...any) error {
 	if !st.checked.Load() {
 		if err := st.probe(ctx); err != nil {
@@ -121,7 +125,10 @@ func (st *Store) run(ctx context.Context, op, sql string, lock bool, scan func(p
 	}
 	ctx, cancel := context.WithTimeout(ctx, st.s.CallTimeout)
 	defer cancel()
-	rows, err := st.db.Query(ctx, sql, append([]any{pgx.QueryExecModeCacheDescribe}, args...)...)
+	if sql != st.sql.insert {
+		args = append([]any{pgx.QueryExecModeCacheDescribe}, args...)
+	}
+	rows, err := st.db.Query(ctx, sql, args...)
 	if err != nil {
 		return st.fail(op, err)
 	}

@@ -31,4 +31,29 @@
 // Redis under noeviction refuses writes; the store reports that as a
 // *consumer.StoreError (an outage: nothing counts, nothing is dead-lettered), not
 // as a corrupt record.
+//
+// # Durability levels
+//
+// What a Store waits for before it reports a transition. By default (no
+// WithReplicaAcks) an outcome is reported once the primary applied it. Redis replicates asynchronously, so a failover in the moment after a
+// completion may promote a replica that never received it, and that key's handler
+// runs again on its next delivery.
+//
+// WithReplicaAcks(n, timeout) makes every settlement (a completion, or a recorded
+// failure) wait, after the primary applied it, until n replicas have acknowledged
+// the write (Redis WAIT), for at most timeout, and so does a claim answered with
+// an outcome (a duplicate, an exhausted key). WithReplicaAcksOnClaims makes
+// granted claims wait too. What a timeout means is fixed: the transition has been applied on the
+// primary but is reported as not durable, as a *consumer.StoreError wrapping a
+// *NotDurableError (both errors.Is ErrNotDurable and consumer.ErrStoreUnavailable).
+// The engine treats that answer like any unclear settlement reply: it sends the
+// settlement again while the claim's lease lives (the handler is never run again
+// for it; the resent completion finds the record completed and waits for the
+// replicas once more), and reports the message as a retryable store error once
+// the lease has run out, so nothing is acked or committed as done on a completion
+// that only the primary holds. Its next delivery finds the record completed, or,
+// after a failover that lost it, runs the handler again: that re-run is the one
+// thing a not-durable answer leaves open. WAIT counts replicas that received the
+// write, not ones that wrote it to disk; with Redis Cluster it is sent to every
+// primary a call wrote to.
 package redis

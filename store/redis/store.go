@@ -20,13 +20,15 @@ type Store struct {
 	client   goredis.UniversalClient
 	runner   *lua.Runner
 	eviction EvictionCheck // what WithEvictionCheck set
+	acks     replicaAcks   // what WithReplicaAcks and WithReplicaAcksOnClaims set
 	warned   sync.Map      // what warnOnce has logged
 }
 
 var _ consumer.Store = (*Store)(nil)
 
 // NewStore returns a store on client. It checks the options and fails with
-// ErrInvalidConfig when one is out of range. It then reads each node's
+// ErrInvalidConfig when one is out of range (WithReplicaAcks's count below 0, its
+// timeout not above 0 or not below the call and read timeouts, or with a Ring). It then reads each node's
 // configuration, in one round trip bounded by a second: a node whose
 // maxmemory-policy may evict records is logged at Warn, or refused under
 // WithEvictionCheck(EvictionRefuse); a node that keeps nothing on disk is logged;
@@ -45,7 +47,11 @@ func NewStore(client goredis.UniversalClient, opts ...consumer.Option) (*Store, 
 	if err != nil {
 		return nil, err
 	}
-	r := &Store{s: s, client: client, runner: lua.NewRunner(client), eviction: eviction}
+	acks, err := replicaAcksOf(s, client)
+	if err != nil {
+		return nil, err
+	}
+	r := &Store{s: s, client: client, runner: lua.NewRunner(client), eviction: eviction, acks: acks}
 	if err := r.startupCheck(); err != nil {
 		return nil, err
 	}
@@ -107,6 +113,9 @@ func (r *Store) Begin(ctx context.Context, claims []consumer.Claim) []consumer.C
 	defer cancel()
 	r.runner.Begin(ctx, lua.BeginArgs{Lease: r.s.Lease, Retention: r.s.Retention, MaxAttempts: r.s.MaxAttempts,
 		Now: time.Now().Unix()}, b)
+	if r.acks.n > 0 {
+		r.claimAcks(ctx, b)
+	}
 	return b.out
 }
 
@@ -210,6 +219,9 @@ func (r *Store) Settle(ctx context.Context, items []consumer.Settlement) []consu
 	ctx, cancel := r.bound(ctx)
 	defer cancel()
 	r.runner.Settle(ctx, lua.SettleArgs{MaxAttempts: r.s.MaxAttempts, Now: time.Now().Unix(), Retention: r.s.Retention}, b)
+	if r.acks.n > 0 {
+		r.settleAcks(ctx, b)
+	}
 	return b.out
 }
 

@@ -14,7 +14,8 @@
 // transaction's p50 and p99 with InTx against without it; then the PostgreSQL
 // Store's batch path (ExecuteBatch, B=100) against the same number of plain
 // INSERT ... ON CONFLICT DO NOTHING and UPDATE statements, with the server's CPU,
-// and the time-partitioned Store's beside them.
+// and the time-partitioned Store's beside them. With -store-only it runs only
+// those batch lanes.
 package main
 
 import (
@@ -42,7 +43,11 @@ func main() {
 	n := flag.Int("n", 2000, "messages per lane")
 	reps := flag.Int("reps", 3, "repetitions")
 	storeN := flag.Int("store-n", 20000, "messages per lane of the Store's batch lanes")
+	storeOnly := flag.Bool("store-only", false, "run only the Store's batch lanes (ExecuteBatch against plain statements)")
 	flag.Parse()
+	if *storeOnly {
+		*n = 0
+	}
 	if err := run(*n, *storeN, *reps); err != nil {
 		fmt.Fprintln(os.Stderr, "bench-postgres:", err)
 		os.Exit(1)
@@ -115,6 +120,13 @@ func run(n, storeN, reps int) error {
 	}
 	fmt.Printf("idemkit PostgreSQL transactional completion bench: %d messages per lane, one at a time, %d repetitions\n", n, reps)
 	for r := 1; r <= reps; r++ {
+		if n == 0 { // -store-only
+			fmt.Printf("\nrepetition %d\n", r)
+			if err := storeLanes(ctx, pool, r, storeN); err != nil {
+				return err
+			}
+			continue
+		}
 		store, err := redisstore.NewStore(rdb, consumer.WithPrefix("idemkit-bench-pg-"+strconv.Itoa(r)+"-"+schema), consumer.WithScope("bench"))
 		if err != nil {
 			return err
@@ -258,11 +270,11 @@ func storeLanes(ctx context.Context, pool *pgxpool.Pool, rep, n int) error {
 	}
 	sr, rr := float64(n)/storeTook.Seconds(), float64(n)/refTook.Seconds()
 	verdict := "met"
-	if sr < 0.7*rr {
+	if sr < 0.8*rr {
 		verdict = "MISSED"
 	}
-	fmt.Printf("  PostgreSQL Store, ExecuteBatch B=100: %.0f msgs/s, server CPU %.1f us/msg; plain INSERT ON CONFLICT + UPDATE, pgx batches of 100: %.0f msgs/s, %.1f us/msg; ratio %.2fx (>= 0.7x: %s)\n",
-		sr, float64(storeCPU.Microseconds())/float64(n), rr, float64(refCPU.Microseconds())/float64(n), sr/rr, verdict)
+	fmt.Printf("  PostgreSQL Store, ExecuteBatch B=100: %.0f msgs/s, server CPU %.1f us/msg; plain INSERT ON CONFLICT + UPDATE, pgx batches of 100: %.0f msgs/s, %.1f us/msg; ratio %.2fx (>= 0.8x: %s); server CPU %.2fx\n",
+		sr, float64(storeCPU.Microseconds())/float64(n), rr, float64(refCPU.Microseconds())/float64(n), sr/rr, verdict, float64(storeCPU)/float64(refCPU))
 	pr := float64(n) / partTook.Seconds()
 	fmt.Printf("  partitioned Store (daily windows), ExecuteBatch B=100: %.0f msgs/s, server CPU %.1f us/msg; %.2fx the plain Store, %.2fx the reference\n",
 		pr, float64(partCPU.Microseconds())/float64(n), pr/sr, pr/rr)
