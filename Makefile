@@ -32,7 +32,8 @@ define each_module
 	@fail=0; for m in $(MODULES); do echo "== $$m: $(1)"; (cd $$m && $(1)) || fail=1; done; exit $$fail
 endef
 
-.PHONY: demo test test-short test-loaded test-modules bench bench-kafka bench-amqp bench-http bench-replay bench-postgres bench-dynamodb dynalite bench-plugins lint install-check ci up down clean bench-all profile-pipeline profile-batch
+.PHONY: demo test test-short test-loaded test-modules bench bench-kafka bench-amqp bench-http bench-replay bench-postgres bench-dynamodb dynalite bench-plugins lint install-check ci up down clean bench-all profile-pipeline profile-batch \
+	bench-durability bench-ui profile-kafka profile-amqp screenshots
 
 ## demo: run the quickstart with zero set-up (in-process Redis unless IDEMKIT_REDIS_ADDR is set)
 demo:
@@ -93,8 +94,16 @@ dynalite:
 bench-plugins:
 	cd internal/bench/plugins && $(GO) run .
 
-## bench-all: every bench program's lanes, one after another (core, Kafka, RabbitMQ, HTTP, replay, PostgreSQL); fails at the end if one failed
-BENCH_PROGRAMS := ./internal/bench ./internal/bench/kafka ./internal/bench/amqp ./internal/bench/http ./internal/bench/replay ./internal/bench/pgtx
+## bench-durability: the Redis store with and without WithReplicaAcks(1, ...) (and on claims) against a private primary and replica, 3 repetitions
+bench-durability:
+	$(GO) run ./internal/bench/durability
+
+## bench-ui: server time of the UI's overview and of a 100-record page on Redis with 1,000,000 records, 3 repetitions
+bench-ui:
+	IDEMKIT_UI_BENCH_RECORDS=1000000 $(GO) test -run '^$$' -bench '^BenchmarkPages$$' -benchtime 30x -count 3 -timeout 30m ./admin/ui/
+
+## bench-all: every bench program's lanes, one after another (core, Kafka, RabbitMQ, HTTP, replay, PostgreSQL, Redis durability); fails at the end if one failed
+BENCH_PROGRAMS := ./internal/bench ./internal/bench/kafka ./internal/bench/amqp ./internal/bench/http ./internal/bench/replay ./internal/bench/pgtx ./internal/bench/durability
 bench-all:
 	@fail=0; for b in $(BENCH_PROGRAMS); do echo "== $(GO) run $$b"; $(GO) run $$b || fail=1; done; exit $$fail
 
@@ -123,6 +132,21 @@ profile-pipeline:
 ## profile-batch: pprof top 20 (CPU, allocations) of BenchmarkExecuteBatch, one message per op
 profile-batch:
 	$(call profile,ExecuteBatch,batch)
+
+## profile-kafka: CPU and allocation profiles of the Kafka adapter's no-op lane: pprof top 20, CPU split adapter / engine / clients / runtime
+profile-kafka:
+	PROFILE_DIR=$(PROFDIR) GO=$(GO) bash internal/bench/kafka/profile.sh
+
+## profile-amqp: CPU and allocation profiles of the RabbitMQ worker's no-op lane (3 repetitions), top 20 of each
+profile-amqp:
+	@mkdir -p $(PROFDIR)
+	$(GO) run ./internal/bench/amqp -profile noop -cpuprofile $(PROFDIR)/amqp-noop.cpu -memprofile $(PROFDIR)/amqp-noop.mem
+	$(GO) tool pprof -top -nodecount=20 $(PROFDIR)/amqp-noop.cpu
+	$(GO) tool pprof -sample_index=alloc_space -top -nodecount=20 $(PROFDIR)/amqp-noop.mem
+
+## screenshots: drive the operator UI in chromium (admin/ui/browsertest) and save a screenshot of each page in docs/ui
+screenshots:
+	cd admin/ui/browsertest && IDEMKIT_UI_SCREENSHOTS=$(CURDIR)/docs/ui $(GO) test -count=1 -run '^TestBrowser$$' .
 
 $(STATICCHECK):
 	GOBIN=$(CURDIR)/bin $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
@@ -153,29 +177,3 @@ down:
 
 clean:
 	rm -rf bin
-
-.PHONY: profile-kafka
-## profile-kafka: CPU and allocation profiles of the Kafka adapter's no-op lane: pprof top 20, CPU split adapter / engine / clients / runtime
-profile-kafka:
-	GO=$(GO) bash internal/bench/kafka/profile.sh
-
-PROFILE_DIR ?= $(or $(TMPDIR),/tmp)
-
-## profile-amqp: CPU and allocation profiles of the RabbitMQ worker's no-op lane (3 repetitions), top 20 of each
-.PHONY: profile-amqp
-profile-amqp:
-	$(GO) run ./internal/bench/amqp -profile noop -cpuprofile $(PROFILE_DIR)/amqp-noop.cpu -memprofile $(PROFILE_DIR)/amqp-noop.mem
-	$(GO) tool pprof -top -nodecount=20 $(PROFILE_DIR)/amqp-noop.cpu
-	$(GO) tool pprof -sample_index=alloc_space -top -nodecount=20 $(PROFILE_DIR)/amqp-noop.mem
-.PHONY: screenshots bench-ui
-
-## screenshots: drive the operator UI in chromium (admin/ui/browsertest) and save a screenshot of each page in docs/ui
-screenshots:
-	cd admin/ui/browsertest && IDEMKIT_UI_SCREENSHOTS=$(CURDIR)/docs/ui $(GO) test -count=1 -run '^TestBrowser$$' .
-
-## bench-ui: server time of the UI's overview and of a 100-record page on Redis with 1,000,000 records, 3 repetitions
-bench-ui:
-	IDEMKIT_UI_BENCH_RECORDS=1000000 $(GO) test -run '^$$' -bench '^BenchmarkPages$$' -benchtime 30x -count 3 -timeout 30m ./admin/ui/
-## bench-durability: the Redis store with and without WithReplicaAcks(1, ...) (and on claims) against a private primary and replica, 3 repetitions
-bench-durability:
-	$(GO) run ./internal/bench/durability
