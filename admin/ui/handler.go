@@ -50,7 +50,7 @@ type action struct {
 const maxActions = 50
 
 // New returns the UI over in. It is read-only unless WithActor is given.
-func New(in *admin.Inspector, opts ...Opt) (*Handler, error) {
+func New(in *admin.Inspector, opts ...Option) (*Handler, error) {
 	if in == nil {
 		return nil, errors.New("ui: nil inspector: pass the one admin.New returns")
 	}

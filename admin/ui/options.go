@@ -12,8 +12,8 @@ import (
 	"github.com/idemkit/idemkit/admin"
 )
 
-// Opt configures a Handler.
-type Opt interface{ apply(*cfg) }
+// Option configures a Handler.
+type Option interface{ apply(*cfg) }
 
 type optFunc func(*cfg)
 
@@ -39,7 +39,7 @@ type cfg struct {
 // WithPrefix is the path the handler is mounted under ("/idemkit" for
 // mux.Handle("/idemkit/", ...)): every link and form the pages make starts with
 // it, and the handler strips it from requests. Default "" (mounted at the root).
-func WithPrefix(prefix string) Opt {
+func WithPrefix(prefix string) Option {
 	return optFunc(func(c *cfg) { c.prefix = prefix })
 }
 
@@ -47,14 +47,14 @@ func WithPrefix(prefix string) Opt {
 // names the person behind each change request, and the name is recorded in each
 // changed record's operator notes with the reason they give. Default nil: the
 // UI is read-only, shows no action forms and refuses every change (403).
-func WithActor(fn ActorFunc) Opt {
+func WithActor(fn ActorFunc) Option {
 	return optFunc(func(c *cfg) { c.actor = fn })
 }
 
 // WithPlans shows the replay plans (JSON files written by `idemkit plan --out`)
 // at the top of fsys on the Replay plans page, read-only: os.DirFS(dir), say.
 // Default nil: the page says no plan directory was given.
-func WithPlans(fsys fs.FS) Opt {
+func WithPlans(fsys fs.FS) Option {
 	return optFunc(func(c *cfg) { c.plans = fsys })
 }
 
@@ -64,7 +64,7 @@ func WithPlans(fsys fs.FS) Opt {
 // (see WithCountEvery), and until the first full count is done the view shows
 // the counts of its sample, marked as such. Default 2,000: a view stays within
 // a few milliseconds of two scan steps on any store.
-func WithSample(n int) Opt {
+func WithSample(n int) Option {
 	return optFunc(func(c *cfg) { c.sample = n })
 }
 
@@ -74,25 +74,25 @@ func WithSample(n int) Opt {
 // age meanwhile. 0 turns background counts off: the overview then shows only
 // its sample on a large store. Default 1m. A full count reads every record with
 // bounded scan steps (admin.Inspector.Stats); Close stops a running one.
-func WithCountEvery(d time.Duration) Opt {
+func WithCountEvery(d time.Duration) Option {
 	return optFunc(func(c *cfg) { c.countEvery = d })
 }
 
 // WithRefresh is how often the overview reloads itself in the browser; 0 turns
 // auto-refresh off. Default 15s.
-func WithRefresh(d time.Duration) Opt {
+func WithRefresh(d time.Duration) Option {
 	return optFunc(func(c *cfg) { c.refresh = d })
 }
 
 // WithBulkMax is the most records one bulk action may change (admin.Bulk.Max).
 // Default admin.DefaultBulkMax (1,000).
-func WithBulkMax(n int) Opt {
+func WithBulkMax(n int) Option {
 	return optFunc(func(c *cfg) { c.bulkMax = n })
 }
 
 // WithLogger logs every change the UI makes (actor, operation, scope, counts;
 // never keys or results). Default: discard.
-func WithLogger(l *slog.Logger) Opt {
+func WithLogger(l *slog.Logger) Option {
 	return optFunc(func(c *cfg) { c.logger = l })
 }
 

@@ -37,7 +37,7 @@ func (a *app) uiCmd() *cobra.Command {
 		Long:  uiHelp,
 		Args:  exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			opts := []ui.Opt{ui.WithRefresh(refresh), ui.WithSample(sample), ui.WithCountEvery(countEvery)}
+			opts := []ui.Option{ui.WithRefresh(refresh), ui.WithSample(sample), ui.WithCountEvery(countEvery)}
 			if plans != "" {
 				if st, err := os.Stat(plans); err != nil || !st.IsDir() {
 					return usagef("--plans %q: give a directory that holds the files idemkit plan --out wrote", plans)

@@ -71,7 +71,7 @@ type env struct {
 const prefix = "/ops/idemkit"
 
 // newEnv makes a fresh store and a handler on it under prefix, with opts.
-func newEnv(t *testing.T, fx admintest.Fixtures, opts ...ui.Opt) *env {
+func newEnv(t *testing.T, fx admintest.Fixtures, opts ...ui.Option) *env {
 	t.Helper()
 	s, err := fx.New(t, consumer.WithScope(Scope), consumer.WithLease(shortLease))
 	if err != nil {
@@ -81,7 +81,7 @@ func newEnv(t *testing.T, fx admintest.Fixtures, opts ...ui.Opt) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := ui.New(in, append([]ui.Opt{ui.WithPrefix(prefix)}, opts...)...)
+	h, err := ui.New(in, append([]ui.Option{ui.WithPrefix(prefix)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
