@@ -81,17 +81,6 @@ func newKeeper(ctx context.Context, store Store, s Settings) *keeper {
 	return k
 }
 
-// add keeps l, an attempt whose claim call was sent at sent and granted lease (the
-// lease left, for a claim that found its own owner token).
-func (k *keeper) add(l *lease, sent time.Time, granted time.Duration) {
-	l.renewed = mono(sent)
-	l.deadline = l.renewed + int64(granted-k.margin)
-	now := mono(time.Now())
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.addLocked(l, now)
-}
-
 // addAll keeps the n leases lease(i), claimed by one call sent at sent, each
 // granted granted(i).
 func (k *keeper) addAll(n int, lease func(i int) *lease, sent time.Time, granted func(i int) time.Duration) {
