@@ -26,7 +26,7 @@ func LeaseMargin(lease time.Duration) time.Duration { return lease/100 + lease/1
 // lease/3 (sooner after a failed renewal), and a guard timer cancels each attempt's
 // handler at its local deadline (see LeaseMargin). An attempt whose renewal is
 // refused (another owner took the claim over) is cancelled at once. One keeper
-// serves a batch (ExecuteBatch) or a whole Pipeline; attempts join with add and
+// serves a batch (ExecuteBatch) or a whole Pipeline; attempts join with addAll and
 // leave with finish. It runs on two timers per keeper, never one per attempt (the
 // renewal timer renews every kept lease in one call; the guard is armed for the
 // earliest deadline), so attempts that settle within lease/3 cost no goroutine
