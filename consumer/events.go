@@ -16,6 +16,9 @@ type Origin struct {
 	Queue     string // RabbitMQ: the queue the delivery came from; "" for any other message
 	// DeliveryTag is RabbitMQ's tag of the delivery on its channel (from 1).
 	DeliveryTag uint64
+	// DeliveryCount is a Kafka share group's delivery count of the record (1 on its
+	// first delivery); 0 for any other message.
+	DeliveryCount int32
 }
 
 // originOf is the origin of the message an adapter put in m, if any.

@@ -66,9 +66,9 @@ func DeliveryCount(ctx context.Context) (n int32, ok bool) {
 	return n, ok
 }
 
-// origin is rec's origin on the events.
+// origin is rec's origin on the events, its delivery count included.
 func origin(rec *kgo.Record) consumer.Origin {
-	return consumer.Origin{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset}
+	return consumer.Origin{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, DeliveryCount: rec.DeliveryCount()}
 }
 
 // recordContext returns ctx holding rec's headers, origin and delivery count, for

@@ -221,6 +221,8 @@ type actions struct {
 	ackOK    int
 	near     int
 	dead     int
+	// the delivery counts the engine's handler events carried, in order of start
+	handlerCounts []int32
 }
 
 func newActions() *actions {
@@ -251,6 +253,14 @@ func (a *actions) OnDeliveryLimitNear(kafkashare.ShareActionEvent) {
 	defer a.mu.Unlock()
 	a.near++
 }
+
+func (a *actions) OnHandlerStart(e consumer.HandlerEvent) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.handlerCounts = append(a.handlerCounts, e.DeliveryCount)
+}
+
+func (a *actions) OnHandlerEnd(consumer.HandlerEvent) {}
 
 func (a *actions) OnDeadLetter(consumer.DeadLetterEvent) {
 	a.mu.Lock()

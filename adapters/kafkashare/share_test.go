@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -330,6 +331,12 @@ func TestLastDeliveryIsDeadLetteredNotArchived(t *testing.T) {
 		acts.maxCount[0] != 5 || acts.near < 1 || len(acts.byReason) != 2 {
 		t.Fatalf("runs %d, releases %d, dead-lettered %d, highest delivery count %d, near-limit warnings %d; want releases+1 (at most 5), 1, 5, >= 1 (acknowledgements %v)",
 			runs.Load(), releases, acts.byReason["accept/dead-lettered"], acts.maxCount[0], acts.near, acts.byReason)
+	}
+	// The engine's own events carry the broker's delivery count: one handler start
+	// per run, counts rising, the last run on the fifth delivery.
+	hc := acts.handlerCounts
+	if int64(len(hc)) != runs.Load() || hc[len(hc)-1] != 5 || !slices.IsSorted(hc) || hc[0] < 1 {
+		t.Fatalf("handler events' delivery counts %v for %d runs; want one per run, rising, the last 5", hc, runs.Load())
 	}
 }
 

@@ -20,11 +20,12 @@ type Carrier interface {
 // Origin is where a message came from, field for field as consumer.Origin, which
 // converts from it (so the compiler keeps the two alike).
 type Origin struct {
-	Topic       string
-	Partition   int32
-	Offset      int64
-	Queue       string
-	DeliveryTag uint64
+	Topic         string
+	Partition     int32
+	Offset        int64
+	Queue         string
+	DeliveryTag   uint64
+	DeliveryCount int32
 }
 
 // Message is what an adapter knows of the message an execution runs for.
