@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/internal/kafkadl"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -25,24 +26,24 @@ const (
 	// DefaultKeyHeader carries the idempotency key of a record.
 	DefaultKeyHeader = "Idempotency-Key"
 
-	HeaderOriginalTopic     = "idemkit-original-topic"
-	HeaderOriginalPartition = "idemkit-original-partition"
-	HeaderOriginalOffset    = "idemkit-original-offset"
-	HeaderKey               = "idemkit-key"
-	HeaderAttempts          = "idemkit-attempts"
-	HeaderOutcome           = "idemkit-outcome"
-	HeaderError             = "idemkit-error"
+	HeaderOriginalTopic     = kafkadl.HeaderOriginalTopic
+	HeaderOriginalPartition = kafkadl.HeaderOriginalPartition
+	HeaderOriginalOffset    = kafkadl.HeaderOriginalOffset
+	HeaderKey               = kafkadl.HeaderKey
+	HeaderAttempts          = kafkadl.HeaderAttempts
+	HeaderOutcome           = kafkadl.HeaderOutcome
+	HeaderError             = kafkadl.HeaderError
 	// HeaderKind is the machine-readable reason of a dead letter: PERMANENT,
 	// CONFLICT, EXHAUSTED, UNDECODABLE, NO_KEY, ... (consumer.DeadLetterKind).
-	HeaderKind = "idemkit-kind"
+	HeaderKind = kafkadl.HeaderKind
 	// HeaderBodyLess is "true" on a dead letter whose body was left out because the
 	// broker refused the full copy (too large); the original is at its coordinates.
-	HeaderBodyLess = "idemkit-body-less"
+	HeaderBodyLess = kafkadl.HeaderBodyLess
 )
 
 // MaxErrorHeader is the longest error text a dead-letter copy carries; longer
 // texts are cut with a marker.
-const MaxErrorHeader = 4 << 10
+const MaxErrorHeader = kafkadl.MaxErrorHeader
 
 // Ordering says which records of a partition may run at the same time.
 type Ordering int

@@ -26,7 +26,7 @@ func (c *Consumer[V, T]) deadLetter(r *record[V], kind string, attempts int, o c
 	for try := 1; ; try++ {
 		bodyLess := false
 		err := c.produce(c.deadLetterCopy(r, topic, kind, attempts, o, text, false))
-		if tooLarge(err) {
+		if kafkadl.TooLarge(err) {
 			c.log.Warn("kafka: the dead-letter copy is too large for the broker; a body-less copy goes instead",
 				"topic", r.rec.Topic, "partition", r.rec.Partition, "offset", r.rec.Offset, "dlq", topic, "err", err)
 			bodyLess = true
@@ -65,12 +65,6 @@ func (c *Consumer[V, T]) produce(rec *kgo.Record) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return c.cl.ProduceSync(ctx, rec).FirstErr()
-}
-
-// tooLarge reports whether the broker (or the client, before sending) refused a
-// record for its size.
-func tooLarge(err error) bool {
-	return errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge)
 }
 
 // deadLetterCopy is r's copy for topic: its key, value and headers (none of them

@@ -2,13 +2,11 @@ package kafkashare
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/internal/kafkadl"
 	"github.com/idemkit/idemkit/internal/retry"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -31,7 +29,7 @@ func (p *poll[V, T]) deadLetter(h *held[V], kind string, attempts int, o consume
 	for try := 1; ; try++ {
 		bodyLess := false
 		err := p.produce(h, c.deadLetterCopy(h, topic, kind, attempts, o, text, false))
-		if tooLarge(err) {
+		if kafkadl.TooLarge(err) {
 			c.log.Warn("kafkashare: the dead-letter copy is too large for the broker; a body-less copy goes instead",
 				"topic", h.rec.Topic, "partition", h.rec.Partition, "offset", h.rec.Offset, "dlq", topic, "err", err)
 			bodyLess = true
@@ -74,12 +72,6 @@ func minTime(a, b time.Time) time.Time {
 		return b
 	}
 	return a
-}
-
-// tooLarge reports whether the broker (or the client, before sending) refused a
-// record for its size.
-func tooLarge(err error) bool {
-	return errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge)
 }
 
 // deadLetterCopy is h's copy for topic, with the classic adapter's headers and the

@@ -5,8 +5,10 @@
 package kafkadl
 
 import (
+	"errors"
 	"strconv"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -100,4 +102,10 @@ func (h Headers) Keys() []string {
 		out[i] = h[i].Key
 	}
 	return out
+}
+
+// TooLarge reports whether the broker (or the client, before sending) refused a
+// record for its size: the copy is then sent again without its body.
+func TooLarge(err error) bool {
+	return errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge)
 }
