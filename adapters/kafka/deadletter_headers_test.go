@@ -1,30 +1,27 @@
 package kafka
 
-import (
-	"testing"
+import "testing"
 
-	"github.com/idemkit/idemkit/internal/kafkadl"
-)
-
-// The dead-letter headers this package exports are the ones its copies carry
-// (built in internal/kafkadl, shared with the share-group adapter).
-func TestDeadLetterHeaderNamesAreTheSharedOnes(t *testing.T) {
-	for _, c := range []struct{ ours, shared string }{
-		{HeaderOriginalTopic, kafkadl.HeaderOriginalTopic},
-		{HeaderOriginalPartition, kafkadl.HeaderOriginalPartition},
-		{HeaderOriginalOffset, kafkadl.HeaderOriginalOffset},
-		{HeaderKey, kafkadl.HeaderKey},
-		{HeaderAttempts, kafkadl.HeaderAttempts},
-		{HeaderOutcome, kafkadl.HeaderOutcome},
-		{HeaderError, kafkadl.HeaderError},
-		{HeaderKind, kafkadl.HeaderKind},
-		{HeaderBodyLess, kafkadl.HeaderBodyLess},
+// The dead-letter headers are a wire contract: consumers of the dead-letter
+// topics of both Kafka adapters read them by these names, so a change of name is
+// a breaking change to say in the CHANGELOG, never a side effect of a refactoring.
+func TestDeadLetterHeaderNamesOnTheWire(t *testing.T) {
+	for _, c := range []struct{ got, want string }{
+		{HeaderOriginalTopic, "idemkit-original-topic"},
+		{HeaderOriginalPartition, "idemkit-original-partition"},
+		{HeaderOriginalOffset, "idemkit-original-offset"},
+		{HeaderKey, "idemkit-key"},
+		{HeaderAttempts, "idemkit-attempts"},
+		{HeaderOutcome, "idemkit-outcome"},
+		{HeaderError, "idemkit-error"},
+		{HeaderKind, "idemkit-kind"},
+		{HeaderBodyLess, "idemkit-body-less"},
 	} {
-		if c.ours != c.shared {
-			t.Errorf("header %q is written as %q", c.ours, c.shared)
+		if c.got != c.want {
+			t.Errorf("a dead-letter header is written as %q; consumers of dead-letter topics read %q", c.got, c.want)
 		}
 	}
-	if MaxErrorHeader != kafkadl.MaxErrorHeader {
-		t.Errorf("MaxErrorHeader %d, copies cap at %d", MaxErrorHeader, kafkadl.MaxErrorHeader)
+	if MaxErrorHeader != 4<<10 {
+		t.Errorf("MaxErrorHeader %d; the documented cap is 4 KiB", MaxErrorHeader)
 	}
 }
