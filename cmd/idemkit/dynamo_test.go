@@ -1,14 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +15,7 @@ import (
 	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/internal/testenv"
+	"github.com/idemkit/idemkit/internal/testenv/dynalite"
 	"github.com/idemkit/idemkit/store/dynamodb"
 )
 
@@ -25,7 +23,8 @@ import (
 // against a private dynalite (make dynalite installs it into the repository's
 // .cache/dynalite) that the first of them starts. The server reads its
 // standard input, a pipe from the test binary, and exits when it closes: when
-// the binary exits. Nothing here runs a goroutine, so the leak check holds.
+// the binary exits. internal/testenv/dynalite runs no goroutine, so the leak
+// check holds.
 
 // ddbTable is the table the tests share; each works under a prefix of its own.
 const ddbTable = "idemkit_cli_test"
@@ -34,9 +33,9 @@ var (
 	ddbOnce     sync.Once
 	ddbEndpoint string
 	ddbErr      error
-	// ddbStdin is dynalite's standard input, open for the life of the binary:
-	// its close stops the server.
-	ddbStdin *os.File
+	// ddbServer is a started dynalite, open for the life of the binary: its
+	// standard input is a pipe from the binary, whose close stops the server.
+	ddbServer *dynalite.Server
 	// ddbTransport's idle connections are closed by each test that used it.
 	ddbTransport = &http.Transport{MaxIdleConns: 16, MaxIdleConnsPerHost: 16, IdleConnTimeout: 30 * time.Second}
 )
@@ -46,11 +45,9 @@ var (
 func dynamoEndpoint(t *testing.T) string {
 	t.Helper()
 	ddbOnce.Do(func() {
-		ddbEndpoint = strings.TrimRight(strings.TrimSpace(os.Getenv("IDEMKIT_DYNAMODB_ENDPOINT")), "/")
-		if ddbEndpoint == "" {
-			ddbEndpoint, ddbErr = startDynalite()
-		}
+		ddbServer, ddbErr = dynalite.Find()
 		if ddbErr == nil {
+			ddbEndpoint = ddbServer.Endpoint
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			ddbErr = dynamodb.CreateTable(ctx, dynamoClient(ddbEndpoint), dynamodb.TableSpec{Name: ddbTable})
@@ -104,78 +101,6 @@ func dynamoClient(endpoint string) *ddb.Client {
 		})),
 		HTTPClient: &http.Client{Transport: ddbTransport},
 	})
-}
-
-// startDynalite starts dynalite on a free loopback port, its tables in memory,
-// and returns its URL once it listens.
-func startDynalite() (string, error) {
-	dir, err := dynaliteDir()
-	if err != nil {
-		return "", err
-	}
-	node, err := exec.LookPath("node")
-	if err != nil {
-		return "", fmt.Errorf("node is not on PATH (Debian: apt-get install nodejs npm): %w", err)
-	}
-	script := `var s = require(process.argv[1])({createTableMs: 0, deleteTableMs: 0, updateTableMs: 0});
-s.listen(0, '127.0.0.1', function () { console.log('port ' + s.address().port); });
-process.stdin.on('end', function () { process.exit(0); });
-process.stdin.on('error', function () { process.exit(0); });
-process.stdin.resume();`
-	inR, inW, err := os.Pipe()
-	if err != nil {
-		return "", err
-	}
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		return "", err
-	}
-	cmd := exec.Command(node, "-e", script, dir)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, os.Stderr
-	err = cmd.Start()
-	_ = inR.Close()
-	_ = outW.Close()
-	if err != nil {
-		return "", fmt.Errorf("starting dynalite: %w", err)
-	}
-	ddbStdin = inW
-	_ = outR.SetReadDeadline(time.Now().Add(30 * time.Second))
-	line, err := bufio.NewReader(outR).ReadString('\n')
-	_ = outR.Close() // the server prints nothing more
-	port, ok := strings.CutPrefix(strings.TrimSpace(line), "port ")
-	if err != nil || !ok {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		return "", fmt.Errorf("dynalite in %s did not say its port (%q): %v", dir, line, err)
-	}
-	return "http://127.0.0.1:" + port, nil
-}
-
-// dynaliteDir finds the installed dynalite package: the repository's
-// .cache/dynalite (from the working directory upwards), then the dynalite
-// command on PATH.
-func dynaliteDir() (string, error) {
-	wd, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for d := wd; ; d = filepath.Dir(d) {
-		p := filepath.Join(d, ".cache", "dynalite", "node_modules", "dynalite")
-		if _, err := os.Stat(filepath.Join(p, "index.js")); err == nil {
-			return p, nil
-		}
-		if filepath.Dir(d) == d {
-			break
-		}
-	}
-	if bin, err := exec.LookPath("dynalite"); err == nil {
-		if real, err := filepath.EvalSymlinks(bin); err == nil {
-			if _, err := os.Stat(filepath.Join(filepath.Dir(real), "index.js")); err == nil {
-				return filepath.Dir(real), nil
-			}
-		}
-	}
-	return "", errors.New("dynalite is not installed: run `make dynalite`, or set IDEMKIT_DYNAMODB_ENDPOINT to a DynamoDB endpoint")
 }
 
 // dynamoStores makes DynamoDB stores on scope payments under prefix.

@@ -13,7 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/internal/testenv"
-	"github.com/idemkit/idemkit/store/dynamodb/internal/dynalite"
+	"github.com/idemkit/idemkit/internal/testenv/dynalite"
 )
 
 // balance reads an account item's balance (0 when it has none).

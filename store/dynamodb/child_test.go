@@ -10,7 +10,7 @@ import (
 	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/idemkit/idemkit/consumer"
-	"github.com/idemkit/idemkit/store/dynamodb/internal/dynalite"
+	"github.com/idemkit/idemkit/internal/testenv/dynalite"
 )
 
 // childRole names the part a child process of the test binary plays; the

@@ -17,7 +17,7 @@ import (
 	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/internal/testenv"
-	"github.com/idemkit/idemkit/store/dynamodb/internal/dynalite"
+	"github.com/idemkit/idemkit/internal/testenv/dynalite"
 	"go.uber.org/goleak"
 )
 

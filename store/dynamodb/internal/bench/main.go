@@ -40,8 +40,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/internal/benchkit"
+	"github.com/idemkit/idemkit/internal/testenv/dynalite"
 	store "github.com/idemkit/idemkit/store/dynamodb"
-	"github.com/idemkit/idemkit/store/dynamodb/internal/dynalite"
 )
 
 const table = "idemkit_bench"

@@ -1,7 +1,8 @@
-// Package dynalite finds a DynamoDB-protocol server for this module's tests and
-// benchmark: the endpoint in IDEMKIT_DYNAMODB_ENDPOINT when it is set (DynamoDB
-// Local, real AWS, a dynalite started by hand), else a private dynalite process
-// started here on a free loopback port, keeping its tables in memory.
+// Package dynalite finds a DynamoDB-protocol server for the tests and
+// benchmarks of the DynamoDB store and of the idemkit command: the endpoint in
+// IDEMKIT_DYNAMODB_ENDPOINT when it is set (DynamoDB Local, real AWS, a dynalite
+// started by hand), else a private dynalite process started here on a free
+// loopback port, keeping its tables in memory.
 //
 // dynalite (an implementation of the DynamoDB API on LevelDB, from the npm
 // registry) is looked for in the repository's .cache/dynalite, where
@@ -9,13 +10,16 @@
 // PATH. A started server exits with the process that started it: it reads its
 // standard input, a pipe from this process, and exits when the pipe closes,
 // so a test binary killed by a signal leaves no server behind.
+//
+// Nothing here leaves a goroutine running: the port is read from a pipe with a
+// deadline and Close waits for the process itself, so test binaries that check
+// for leaked goroutines can use it.
 package dynalite
 
 import (
 	"bufio"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -40,8 +44,7 @@ type Server struct {
 	Pid int
 
 	cmd   *exec.Cmd
-	stdin io.Closer
-	done  chan struct{}
+	stdin *os.File
 }
 
 // Find returns the server named by IDEMKIT_DYNAMODB_ENDPOINT, or a dynalite
@@ -72,66 +75,56 @@ s.listen(0, '127.0.0.1', function () { console.log('port ' + s.address().port); 
 process.stdin.on('end', function () { process.exit(0); });
 process.stdin.on('error', function () { process.exit(0); });
 process.stdin.resume();`
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		_ = inR.Close()
+		_ = inW.Close()
+		return nil, err
+	}
 	cmd := exec.Command(node, "-e", script, dir)
-	cmd.Stderr = os.Stderr
+	// os.File ends of pipes: exec copies nothing, so no goroutine runs for them.
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a terminal's ^C reaches the test binary, which stops it
-	stdin, err := cmd.StdinPipe()
+	err = cmd.Start()
+	_ = inR.Close()
+	_ = outW.Close()
 	if err != nil {
-		return nil, err
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
+		_ = inW.Close()
+		_ = outR.Close()
 		return nil, fmt.Errorf("dynalite: starting node: %w", err)
 	}
-	s := &Server{cmd: cmd, stdin: stdin, Pid: cmd.Process.Pid, done: make(chan struct{})}
-	port := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if p, ok := strings.CutPrefix(sc.Text(), "port "); ok {
-				port <- p
-				break
-			}
-		}
-		_, _ = io.Copy(io.Discard, stdout)
-	}()
-	go func() {
-		_ = cmd.Wait()
-		close(s.done)
-	}()
-	select {
-	case p := <-port:
-		if _, err := strconv.Atoi(p); err != nil {
-			s.Close()
-			return nil, fmt.Errorf("dynalite: unexpected port %q", p)
-		}
-		s.Endpoint = "http://127.0.0.1:" + p
-		return s, nil
-	case <-s.done:
-		return nil, fmt.Errorf("dynalite: the server in %s exited before listening (its error is above)", dir)
-	case <-time.After(30 * time.Second):
+	s := &Server{cmd: cmd, stdin: inW, Pid: cmd.Process.Pid}
+	// The server prints its port once and nothing more; an exit before that
+	// reads as the end of the pipe.
+	_ = outR.SetReadDeadline(time.Now().Add(30 * time.Second))
+	line, err := bufio.NewReader(outR).ReadString('\n')
+	_ = outR.Close()
+	p, ok := strings.CutPrefix(strings.TrimSpace(line), "port ")
+	if _, perr := strconv.Atoi(p); err != nil || !ok || perr != nil {
 		s.Close()
-		return nil, errors.New("dynalite: the server did not listen within 30s")
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil, errors.New("dynalite: the server did not listen within 30s")
+		}
+		return nil, fmt.Errorf("dynalite: the server in %s did not say its port (%q, %v; its error is above)", dir, line, err)
 	}
+	s.Endpoint = "http://127.0.0.1:" + p
+	return s, nil
 }
 
-// Close stops a started server and waits for it to exit; it does nothing for
-// an external one.
+// Close stops a started server and waits for it to exit (killing it after 5 s);
+// it does nothing for an external one.
 func (s *Server) Close() {
 	if s == nil || s.cmd == nil {
 		return
 	}
 	_ = s.stdin.Close()
-	select {
-	case <-s.done:
-		return
-	case <-time.After(5 * time.Second):
-	}
-	_ = s.cmd.Process.Kill()
-	<-s.done
+	kill := time.AfterFunc(5*time.Second, func() { _ = s.cmd.Process.Kill() })
+	_ = s.cmd.Wait()
+	kill.Stop()
 }
 
 // packageDir finds the installed dynalite package: the repository's
