@@ -83,15 +83,14 @@ type attempt[T any] struct {
 // handler's context, which a.hctx points to, derives from parent (the caller's),
 // and its result goes to a.res. The caller then gives the lease to the keeper.
 func (a *attempt[T]) claimed(parent context.Context, e *engine, c *Claim, rep ClaimReply) {
-	hctx, cancel := context.WithCancelCause(parent)
-	*a.hctx = itemCtx{Context: hctx}
-	a.lease = lease{cancel: cancel}
+	a.hctx.init(parent)
+	a.lease = lease{ctx: a.hctx}
 	a.claimedIn(e, c, rep)
 }
 
 // claimedIn makes a the attempt of claim c, which the store answered rep, when its
-// handler's context (a.hctx) and that context's cancel (a.lease.cancel) were made
-// before the claim: a Pipeline makes them when a message is submitted.
+// handler's context (a.hctx, which a.lease.ctx points to) was made before the
+// claim: a Pipeline makes it when a message is submitted.
 func (a *attempt[T]) claimedIn(e *engine, c *Claim, rep ClaimReply) {
 	a.st = Settlement{Key: c.Key, Owner: c.Owner, Ref: rep.Ref, Fence: rep.Fence,
 		Attempts: rep.Attempts, Created: rep.Created, Fingerprint: rep.Fingerprint}

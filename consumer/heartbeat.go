@@ -53,9 +53,9 @@ type keeper struct {
 // lease is one attempt under a keeper. Times are monotonic (see mono).
 type lease struct {
 	claim    *Settlement // the claim's Key, Owner, Ref and Fence; never changed while kept
-	cancel   context.CancelCauseFunc
-	deadline int64 // local deadline: see LeaseMargin
-	renewed  int64 // send time of the last successful claim or renewal
+	ctx      *itemCtx    // the handler's context, which cancel cancels
+	deadline int64       // local deadline: see LeaseMargin
+	renewed  int64       // send time of the last successful claim or renewal
 	lost     *LeaseLostError
 	done     bool // settled: no longer renewed or guarded
 	slot     int  // 1 + its index in the keeper's leases while kept; 0 otherwise
@@ -66,6 +66,9 @@ type lease struct {
 var epoch = time.Now()
 
 func mono(t time.Time) int64 { return int64(t.Sub(epoch)) }
+
+// cancel cancels the handler's context with cause.
+func (l *lease) cancel(cause error) { l.ctx.cancel(cause) }
 
 func (l *lease) owned() Owned {
 	return Owned{Key: l.claim.Key, Owner: l.claim.Owner, Ref: l.claim.Ref, Fence: l.claim.Fence}

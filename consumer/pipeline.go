@@ -92,8 +92,8 @@ type PipelineItem[T any] struct {
 }
 
 // pitem is a message inside the pipeline: once claimed, an attempt. Its handler's
-// context (hctx, with its cancel in attempt.lease) is made when it is submitted,
-// as a child of Submit's context.
+// context (hctx, which attempt.lease cancels) is made when it is submitted, as a
+// child of Submit's context.
 type pitem[T any] struct {
 	PipelineItem[T]
 	attempt[T]
@@ -224,18 +224,16 @@ func (p *Pipeline[T]) Submit(ctx context.Context, it PipelineItem[T]) error {
 	if p.s.Fingerprint {
 		fp = FingerprintOf(it.Payload)
 	}
-	hctx, cancel := context.WithCancelCause(ctx)
 	p.mu.Lock()
 	if p.stopped {
 		p.mu.Unlock()
-		cancel(ErrPipelineStopped)
 		<-p.slots
 		return ErrPipelineStopped
 	}
 	pi := p.newItem()
 	pi.PipelineItem, pi.fp = it, fp
-	pi.hctx.Context, pi.lease.cancel = hctx, cancel
-	pi.attempt.hctx, pi.res = &pi.hctx, &pi.result
+	pi.hctx.init(ctx)
+	pi.lease.ctx, pi.attempt.hctx, pi.res = &pi.hctx, &pi.hctx, &pi.result
 	p.items.Add(1)
 	if first := p.inflight[it.Key]; first != nil {
 		first.next = append(first.next, pi) // runs once the first settles
@@ -316,7 +314,7 @@ func (p *Pipeline[T]) answer(it *pitem[T], r Result[T]) {
 		if !it.sent.IsZero() {
 			took = time.Since(it.sent)
 		}
-		reportOutcome(it.hctx.Context, p.s, p.source, &r, took)
+		reportOutcome(it.hctx.plain(), p.s, p.source, &r, took)
 	}
 	it.Done(r)
 }

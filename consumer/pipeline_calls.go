@@ -274,7 +274,7 @@ func (p *Pipeline[T]) work() {
 // settlement.
 func (p *Pipeline[T]) run(it *pitem[T]) {
 	if it.unguarded != nil {
-		r := runUnguarded(it.hctx.Context, p.s, it.Key, it.unguarded, handlerCall[T]{run: it.Run})
+		r := runUnguarded(it.hctx.plain(), p.s, it.Key, it.unguarded, handlerCall[T]{run: it.Run})
 		p.mu.Lock()
 		p.active--
 		p.kickLocked()
@@ -283,7 +283,7 @@ func (p *Pipeline[T]) run(it *pitem[T]) {
 		return
 	}
 	began := monoNow()
-	it.attempt.run(it.hctx.Context, &p.engine, handlerCall[T]{run: it.Run})
+	it.attempt.run(it.hctx.plain(), &p.engine, handlerCall[T]{run: it.Run})
 	took := monoNow() - began
 	p.mu.Lock()
 	p.handlerNs += (took - p.handlerNs) / 8
@@ -306,7 +306,7 @@ func (p *Pipeline[T]) settleLocked(it *pitem[T]) {
 func (p *Pipeline[T]) settle(ctx context.Context, batch []*pitem[T]) {
 	as := make([]*attempt[T], len(batch))
 	for n, it := range batch {
-		it.decide(it.hctx.Context, &p.engine)
+		it.decide(it.hctx.plain(), &p.engine)
 		as[n] = &it.attempt
 	}
 	settle(ctx, &p.engine, as)

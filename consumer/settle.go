@@ -96,7 +96,7 @@ func (a *attempt[T]) decide(caller context.Context, e *engine) {
 		return
 	}
 	f := ending{started: a.started, herr: a.herr, recorded: a.hctx.completed.Load(),
-		stopped: e.stoppedBy(), cancelled: context.Cause(caller), own: context.Cause(a.hctx.Context)}
+		stopped: e.stoppedBy(), cancelled: context.Cause(caller), own: context.Cause(a.hctx.plain())}
 	lost, live := e.keep.state(&a.lease)
 	if lost != nil {
 		f.lost = lost
