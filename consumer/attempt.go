@@ -74,9 +74,10 @@ type attempt[T any] struct {
 	herr    error
 	started bool
 
-	verdict verdict // what settling it comes to: decided once (decide)
-	tries   int     // settlements sent
-	resend  bool    // the last settlement met an unreachable store while the claim was live
+	verdict verdict         // what settling it comes to: decided once (decideAll)
+	lost    *LeaseLostError // the lease's loss as decideAll read it
+	tries   int             // settlements sent
+	resend  bool            // the last settlement met an unreachable store while the claim was live
 }
 
 // claimed makes a the attempt of claim c, which the store answered rep: its
@@ -165,11 +166,12 @@ func callHandler[T any](ctx context.Context, call handlerCall[T]) (v T, err erro
 }
 
 // claimContained is claimAll followed, with a CompletionLookup, by
-// completedElsewhere for each reply. A panic on the way (in the store's Begin, a
+// completedElsewhere for each reply; the replies go to out when it has room (see
+// beginBounded). A panic on the way (in the store's Begin, a
 // store wrapper, a claim hook, a CompletionLookup) is contained: every claim is
 // then answered with the *PanicError (a retryable error; the claims the store may
 // have made run out with their lease).
-func claimContained(ctx context.Context, e *engine, claims []Claim) (reps []ClaimReply, resent []bool, sent time.Time) {
+func claimContained(ctx context.Context, e *engine, claims []Claim, out []ClaimReply) (reps []ClaimReply, resent []bool, sent time.Time) {
 	defer func() {
 		if p := recover(); p != nil {
 			perr := contained(e.s, "claiming", p, len(claims))
@@ -180,7 +182,7 @@ func claimContained(ctx context.Context, e *engine, claims []Claim) (reps []Clai
 		}
 	}()
 	sent = time.Now()
-	reps, resent = claimAll(ctx, e.store, e.s, claims)
+	reps, resent = claimAll(ctx, e.store, e.s, claims, out)
 	if e.s.watchClaims() {
 		reportClaim(e.s, reps, time.Since(sent))
 	}

@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"sync"
 	"time"
 )
 
@@ -156,11 +157,23 @@ func take[E any](q *[]E, n int) []E {
 // claim claims batch in one call and starts the handlers of what it claimed.
 func (p *Pipeline[T]) claim(ctx context.Context, batch []*pitem[T]) {
 	claims := make([]Claim, len(batch))
-	owners := newOwners(len(batch))
 	for i, it := range batch {
-		claims[i] = Claim{Key: it.Key, Owner: owners[i], Fingerprint: it.fp}
+		claims[i] = Claim{Key: it.Key, Fingerprint: it.fp}
 	}
-	reps, resent, sent := claimContained(ctx, &p.engine, claims)
+	newOwners(len(batch), func(i int, owner string) { claims[i].Owner = owner })
+	var out []ClaimReply // the answers' slice, when the store answers into one
+	if _, ok := p.store.(StoreInto); ok {
+		buf := claimReplyBufs.Get().(*[]ClaimReply)
+		if cap(*buf) < len(claims) {
+			*buf = make([]ClaimReply, len(claims))
+		}
+		out = *buf
+		defer func() {
+			clear(out[:cap(out)]) // drop references to records' keys and results
+			claimReplyBufs.Put(buf)
+		}()
+	}
+	reps, resent, sent := claimContained(ctx, &p.engine, claims, out)
 	run := make([]*pitem[T], 0, len(batch)) // claimed, or run unguarded
 	var kept []*lease
 	var granted []time.Duration
@@ -201,6 +214,10 @@ func (p *Pipeline[T]) claim(ctx context.Context, batch []*pitem[T]) {
 		}
 	}
 }
+
+// claimReplyBufs hold the answers of one claim call of a Pipeline, from a store
+// that implements StoreInto.
+var claimReplyBufs = sync.Pool{New: func() any { return new([]ClaimReply) }}
 
 // Handler workers. A claim call's messages queue in runq; workers take them one
 // at a time. While handlers are quick, workers are woken one by one: the claim
@@ -306,9 +323,9 @@ func (p *Pipeline[T]) settleLocked(it *pitem[T]) {
 func (p *Pipeline[T]) settle(ctx context.Context, batch []*pitem[T]) {
 	as := make([]*attempt[T], len(batch))
 	for n, it := range batch {
-		it.decide(it.hctx.plain(), &p.engine)
 		as[n] = &it.attempt
 	}
+	decideAll(nil, &p.engine, as)
 	settle(ctx, &p.engine, as)
 	settled := batch[:0] // batch is this call's own
 	for _, it := range batch {
