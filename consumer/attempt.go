@@ -27,6 +27,9 @@ import (
 //     CompletionLookup): every message of that claim call gets an Error with the
 //     *PanicError (retryable; no handler ran); claims the store may have made
 //     before the panic run out with their lease;
+//   - in a Pipeline message's Done, or an outcome hook called before it: logged
+//     with the result Done was given (key, outcome, action, error); the pipeline
+//     goes on, and the message is answered once, as if Done had returned;
 //   - while settling (a store wrapper's Settle, a settle hook): the attempts whose
 //     settlement that call carried get an Error with the *PanicError, and their
 //     leases are no longer renewed, so their claims run out on the store; a
@@ -195,11 +198,11 @@ func claimContained(ctx context.Context, e *engine, claims []Claim, out []ClaimR
 }
 
 // contained turns p, a panic recovered outside any handler while doing what (for
-// n messages), into a *PanicError, and logs it with its stack.
-func contained(s Settings, what string, p any, n int) *PanicError {
+// n messages), into a *PanicError, and logs it with its stack and attrs.
+func contained(s Settings, what string, p any, n int, attrs ...any) *PanicError {
 	perr := &PanicError{Value: p, Stack: debug.Stack()}
-	s.Logger.Error("consumer: panic outside the handler, contained", "while", what, "messages", n,
-		"panic", fmt.Sprint(p), "stack", string(perr.Stack))
+	s.Logger.Error("consumer: panic outside the handler, contained", append([]any{"while", what, "messages", n,
+		"panic", fmt.Sprint(p), "stack", string(perr.Stack)}, attrs...)...)
 	return perr
 }
 

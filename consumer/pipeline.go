@@ -87,7 +87,8 @@ type PipelineItem[T any] struct {
 	// with a *LeaseLostError cause if the claim is lost, and carries Info.
 	Run func(ctx context.Context) (T, error)
 	// Done receives the message's result once it is settled. It is called from the
-	// pipeline's goroutines, once, and should return quickly.
+	// pipeline's goroutines, once, and should return quickly. A panic in Done is
+	// recovered and logged at Error with the result it was given.
 	Done func(Result[T])
 }
 
@@ -217,7 +218,7 @@ func (p *Pipeline[T]) Submit(ctx context.Context, it PipelineItem[T]) error {
 	}
 	if err := it.Key.Validate(); err != nil {
 		<-p.slots
-		it.Done(Result[T]{Outcome: Error, Key: it.Key, Err: err})
+		p.deliver(it.Done, Result[T]{Outcome: Error, Key: it.Key, Err: err})
 		return nil
 	}
 	var fp Fingerprint
@@ -314,9 +315,36 @@ func (p *Pipeline[T]) answer(it *pitem[T], r Result[T]) {
 		if !it.sent.IsZero() {
 			took = time.Since(it.sent)
 		}
-		reportOutcome(it.hctx.plain(), p.s, p.source, &r, took)
+		p.reportOutcome(it, &r, took)
 	}
-	it.Done(r)
+	p.deliver(it.Done, r)
+}
+
+// reportOutcome tells the observers of it's outcome r, containing a panic in an
+// outcome hook (see the panic policy in attempt.go).
+func (p *Pipeline[T]) reportOutcome(it *pitem[T], r *Result[T], took time.Duration) {
+	defer func() {
+		if v := recover(); v != nil {
+			contained(p.s, "reporting an outcome", v, 1, resultAttrs(r)...)
+		}
+	}()
+	reportOutcome(it.hctx.plain(), p.s, p.source, r, took)
+}
+
+// deliver calls done with r. A panic in done is contained: it is logged with the
+// result done was given, and the pipeline goes on.
+func (p *Pipeline[T]) deliver(done func(Result[T]), r Result[T]) {
+	defer func() {
+		if v := recover(); v != nil {
+			contained(p.s, "calling a message's Done", v, 1, resultAttrs(&r)...)
+		}
+	}()
+	done(r)
+}
+
+// resultAttrs are the log attributes of a result whose delivery panicked.
+func resultAttrs[T any](r *Result[T]) []any {
+	return []any{"key", string(r.Key), "outcome", r.Outcome.String(), "action", r.Action().String(), "err", r.Err}
 }
 
 // nextLocked lets the next message of it's key go, now that it is answered, and

@@ -43,6 +43,10 @@ type Store interface {
 // BeginInto answers claims as Begin does, claim i in out[i]; SettleInto answers
 // items as Settle does, item i in out[i]. out has one element per item, each
 // zero. Like the items, out is not kept once the call has returned.
+//
+// A store wrapper that embeds a store with these methods and changes what Begin
+// or Settle do must change these two alike (or not embed them): the engines call
+// them in place of Begin and Settle.
 type StoreInto interface {
 	BeginInto(ctx context.Context, claims []Claim, out []ClaimReply)
 	SettleInto(ctx context.Context, items []Settlement, out []SettleReply)
