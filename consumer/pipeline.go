@@ -68,6 +68,7 @@ type Pipeline[T any] struct {
 	timer       *time.Timer // wakes the loop when a gathering call is due
 	timerAt     int64       // when timer fires (mono); 0: not armed
 	slab        []pitem[T]  // messages are allocated from here, a slab at a time
+	bufs        sync.Pool   // *callBuf[T]: the working slices of claim and settle calls
 	inflight    map[Key]*pitem[T]
 	stopped     bool          // Shutdown began: no more messages
 	abandoned   atomic.Bool   // Shutdown's wait ran out: nothing more starts, running handlers are cancelled; set under mu
@@ -185,6 +186,7 @@ func NewPipeline[T any](ctx context.Context, store Store, opts ...PipelineOption
 		wake:        make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{}),
 	}
 	p.settleGather = p.claimGather
+	p.bufs.New = func() any { return new(callBuf[T]) }
 	p.workCond.L = &p.mu
 	p.stopCause = p.abandonCause
 	p.timer = time.AfterFunc(time.Hour, p.fired)

@@ -2,15 +2,12 @@ package consumer
 
 import (
 	"context"
-	"sync"
 	"time"
 )
 
 // The Pipeline's calls: when a claim or settle call is due (the gather rule in
 // the Pipeline's doc), the loop that starts them, and what each call does with
 // its messages.
-
-func monoNow() int64 { return mono(time.Now()) }
 
 // claimable is how many waiting messages a claim call may take now: claims
 // follow free handlers plus one call's read-ahead. p.mu is held.
@@ -43,8 +40,10 @@ func (p *Pipeline[T]) settleDue(now int64) bool {
 
 // kickLocked wakes the loop when a call is due and may go, or else arms the timer
 // for when one will be. p.mu is held.
-func (p *Pipeline[T]) kickLocked() {
-	now := monoNow()
+func (p *Pipeline[T]) kickLocked() { p.kickAtLocked(monoNow()) }
+
+// kickAtLocked is kickLocked at now. p.mu is held.
+func (p *Pipeline[T]) kickAtLocked(now int64) {
 	if p.claimDue(now) && p.claimCalls < p.cfg.calls || p.settleDue(now) && p.settleCalls < p.cfg.calls {
 		p.poke()
 		return
@@ -110,16 +109,18 @@ func (p *Pipeline[T]) startCalls(ctx context.Context) {
 		now := monoNow()
 		switch {
 		case p.settleDue(now) && p.settleCalls < p.cfg.calls:
-			batch := take(&p.settling, p.cfg.maxBatch)
+			buf := p.getBuf()
+			buf.batch = take(&p.settling, p.cfg.maxBatch, buf.batch)
 			p.settleSince = now
 			p.settleCalls++
-			p.spawn(func() { p.settle(ctx, batch) }, &p.settleCalls)
+			p.spawn(func() { p.settle(ctx, buf) }, &p.settleCalls)
 		case p.claimDue(now) && p.claimCalls < p.cfg.calls:
-			batch := take(&p.ready, p.claimable())
+			buf := p.getBuf()
+			buf.batch = take(&p.ready, p.claimable(), buf.batch)
 			p.claimSince = 0
-			p.claiming += len(batch)
+			p.claiming += len(buf.batch)
 			p.claimCalls++
-			p.spawn(func() { p.claim(ctx, batch) }, &p.claimCalls)
+			p.spawn(func() { p.claim(ctx, buf) }, &p.claimCalls)
 		default:
 			p.armLocked()
 			return
@@ -143,10 +144,11 @@ func (p *Pipeline[T]) spawn(call func(), calls *int) {
 	}()
 }
 
-// take removes and returns up to n items from the front of *q.
-func take[E any](q *[]E, n int) []E {
+// take removes up to n items from the front of *q and returns them in out's array
+// (or a new one when out's is too small).
+func take[E any](q *[]E, n int, out []E) []E {
 	n = min(n, len(*q))
-	out := make([]E, n)
+	out = sized(out, n)
 	copy(out, *q)
 	rest := copy(*q, (*q)[n:])
 	clear((*q)[rest:])
@@ -154,29 +156,46 @@ func take[E any](q *[]E, n int) []E {
 	return out
 }
 
-// claim claims batch in one call and starts the handlers of what it claimed.
-func (p *Pipeline[T]) claim(ctx context.Context, batch []*pitem[T]) {
-	claims := make([]Claim, len(batch))
+// callBuf holds the working slices of one claim or settle call, reused by later
+// calls (see Pipeline.bufs): nothing in them outlives the call.
+type callBuf[T any] struct {
+	batch   []*pitem[T]
+	claims  []Claim
+	reps    []ClaimReply // the claims' answers, from a store that implements StoreInto
+	run     []*pitem[T]
+	kept    []*lease
+	granted []time.Duration
+	as      []*attempt[T]
+}
+
+func (p *Pipeline[T]) getBuf() *callBuf[T] { return p.bufs.Get().(*callBuf[T]) }
+
+// putBuf gives buf back for another call, without the references it holds.
+func (p *Pipeline[T]) putBuf(buf *callBuf[T]) {
+	clear(buf.batch[:cap(buf.batch)])
+	clear(buf.claims[:cap(buf.claims)])
+	clear(buf.reps[:cap(buf.reps)])
+	clear(buf.run[:cap(buf.run)])
+	clear(buf.kept[:cap(buf.kept)])
+	clear(buf.as[:cap(buf.as)])
+	p.bufs.Put(buf)
+}
+
+// claim claims buf.batch in one call and starts the handlers of what it claimed.
+func (p *Pipeline[T]) claim(ctx context.Context, buf *callBuf[T]) {
+	defer p.putBuf(buf)
+	batch := buf.batch
+	claims := sized(buf.claims, len(batch))
+	buf.claims = claims
 	for i, it := range batch {
 		claims[i] = Claim{Key: it.Key, Fingerprint: it.fp}
 	}
 	newOwners(len(batch), func(i int, owner string) { claims[i].Owner = owner })
-	var out []ClaimReply // the answers' slice, when the store answers into one
-	if _, ok := p.store.(StoreInto); ok {
-		buf := claimReplyBufs.Get().(*[]ClaimReply)
-		if cap(*buf) < len(claims) {
-			*buf = make([]ClaimReply, len(claims))
-		}
-		out = *buf
-		defer func() {
-			clear(out[:cap(out)]) // drop references to records' keys and results
-			claimReplyBufs.Put(buf)
-		}()
+	if _, ok := p.store.(StoreInto); ok && cap(buf.reps) < len(claims) {
+		buf.reps = make([]ClaimReply, len(claims))
 	}
-	reps, resent, sent := claimContained(ctx, &p.engine, claims, out)
-	run := make([]*pitem[T], 0, len(batch)) // claimed, or run unguarded
-	var kept []*lease
-	var granted []time.Duration
+	reps, resent, sent := claimContained(ctx, &p.engine, claims, buf.reps)
+	run, kept, granted := buf.run[:0], buf.kept[:0], buf.granted[:0] // run: claimed, or run unguarded
 	for i, it := range batch {
 		it.sent = sent
 		switch rep := reps[i]; {
@@ -186,15 +205,14 @@ func (p *Pipeline[T]) claim(ctx context.Context, batch []*pitem[T]) {
 		case rep.Err == nil && rep.Claimed():
 			it.claimedIn(&p.engine, &claims[i], rep)
 			if needsMark(rep, resent, i) {
-				it.mark = &claims[i]
+				mark := claims[i] // claims serves later calls
+				it.mark = &mark
 			}
 			run = append(run, it)
-			if kept == nil {
-				kept, granted = make([]*lease, 0, len(batch)-i), make([]time.Duration, 0, len(batch)-i)
-			}
 			kept, granted = append(kept, &it.lease), append(granted, rep.Lease)
 		}
 	}
+	buf.run, buf.kept, buf.granted = run, kept, granted
 	if len(kept) > 0 {
 		p.keep.addLeases(kept, sent, granted)
 	}
@@ -214,10 +232,6 @@ func (p *Pipeline[T]) claim(ctx context.Context, batch []*pitem[T]) {
 		}
 	}
 }
-
-// claimReplyBufs hold the answers of one claim call of a Pipeline, from a store
-// that implements StoreInto.
-var claimReplyBufs = sync.Pool{New: func() any { return new([]ClaimReply) }}
 
 // Handler workers. A claim call's messages queue in runq; workers take them one
 // at a time. While handlers are quick, workers are woken one by one: the claim
@@ -301,27 +315,30 @@ func (p *Pipeline[T]) run(it *pitem[T]) {
 	}
 	began := monoNow()
 	it.attempt.run(it.hctx.plain(), &p.engine, handlerCall[T]{run: it.Run})
-	took := monoNow() - began
+	now := monoNow()
 	p.mu.Lock()
-	p.handlerNs += (took - p.handlerNs) / 8
+	p.handlerNs += (now - began - p.handlerNs) / 8
 	p.active--
-	p.settleLocked(it)
+	p.settleLocked(it, now)
 	p.mu.Unlock()
 }
 
-// settleLocked queues it's settlement for a settle call. p.mu is held.
-func (p *Pipeline[T]) settleLocked(it *pitem[T]) {
+// settleLocked queues it's settlement for a settle call at now. p.mu is held.
+func (p *Pipeline[T]) settleLocked(it *pitem[T], now int64) {
 	if len(p.settling) == 0 {
-		p.settleSince = monoNow()
+		p.settleSince = now
 	}
 	p.settling = append(p.settling, it)
-	p.kickLocked()
+	p.kickAtLocked(now)
 }
 
-// settle settles a batch of handled messages (see settle), then answers each, or
+// settle settles buf.batch, handled messages (see settle), then answers each, or
 // queues its settlement to be sent again after a pause.
-func (p *Pipeline[T]) settle(ctx context.Context, batch []*pitem[T]) {
-	as := make([]*attempt[T], len(batch))
+func (p *Pipeline[T]) settle(ctx context.Context, buf *callBuf[T]) {
+	defer p.putBuf(buf)
+	batch := buf.batch
+	as := sized(buf.as, len(batch))
+	buf.as = as
 	for n, it := range batch {
 		as[n] = &it.attempt
 	}
@@ -344,7 +361,7 @@ func (p *Pipeline[T]) again(it *pitem[T]) {
 	time.AfterFunc(resendPause(it.tries), func() {
 		defer p.loops.Done()
 		p.mu.Lock()
-		p.settleLocked(it)
+		p.settleLocked(it, monoNow())
 		p.mu.Unlock()
 	})
 }

@@ -100,7 +100,7 @@ func decideAll[T any](caller context.Context, e *engine, as []*attempt[T]) {
 		cancelled = context.Cause(caller)
 	}
 	stopped := e.stoppedBy()
-	now := mono(time.Now())
+	now := monoNow()
 	e.keep.mu.Lock()
 	for _, a := range as {
 		if a.verdict == 0 {
@@ -241,7 +241,7 @@ func sendSettlements[T any](ctx context.Context, e *engine, as []*attempt[T]) {
 	}()
 	// Which to send again, and the others no longer kept, under one lock.
 	e.keep.mu.Lock()
-	now := mono(time.Now())
+	now := monoNow()
 	for n, a := range as {
 		if a.resend = resendable(reps[n].Err, e.keep.liveLocked(&a.lease, now), a.tries, e.s.Lease); !a.resend {
 			e.keep.finishLocked(&a.lease)
