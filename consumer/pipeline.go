@@ -49,7 +49,8 @@ type Pipeline[T any] struct {
 	slots chan struct{} // one per message accepted and not yet settled
 
 	mu          sync.Mutex
-	runq        []*pitem[T] // claimed, waiting for a handler worker
+	runq        []*pitem[T] // runq[runHead:]: claimed, waiting for a handler worker
+	runHead     int
 	workers     int         // handler workers started (at most cfg.concurrency)
 	idle        int         // workers waiting for runq
 	signalled   int         // idle workers signalled that have not yet woken
@@ -109,7 +110,7 @@ type pitem[T any] struct {
 
 // pitemSlab is how many messages are allocated at once. A slab lives as long as
 // any of its messages is referenced (a handler may keep its context).
-const pitemSlab = 32
+const pitemSlab = 64
 
 // PipelineOption configures a Pipeline. Every option states its default.
 type PipelineOption interface{ applyPipeline(*pipelineConfig) }

@@ -113,14 +113,14 @@ func (p *Pipeline[T]) startCalls(ctx context.Context) {
 			buf.batch = take(&p.settling, p.cfg.maxBatch, buf.batch)
 			p.settleSince = now
 			p.settleCalls++
-			p.spawn(func() { p.settle(ctx, buf) }, &p.settleCalls)
+			p.spawn(ctx, false, buf)
 		case p.claimDue(now) && p.claimCalls < p.cfg.calls:
 			buf := p.getBuf()
 			buf.batch = take(&p.ready, p.claimable(), buf.batch)
 			p.claimSince = 0
 			p.claiming += len(buf.batch)
 			p.claimCalls++
-			p.spawn(func() { p.claim(ctx, buf) }, &p.claimCalls)
+			p.spawn(ctx, true, buf)
 		default:
 			p.armLocked()
 			return
@@ -128,20 +128,31 @@ func (p *Pipeline[T]) startCalls(ctx context.Context) {
 	}
 }
 
-// spawn runs call in a goroutine that counts itself out of *calls (under p.mu)
-// when it ends and wakes the loop.
-func (p *Pipeline[T]) spawn(call func(), calls *int) {
+// spawn runs a claim call (claim) or a settle call of buf in a goroutine that
+// counts itself out of the calls under way (under p.mu) when it ends and wakes
+// the loop.
+func (p *Pipeline[T]) spawn(ctx context.Context, claim bool, buf *callBuf[T]) {
 	p.loops.Add(1)
-	go func() {
-		defer p.loops.Done()
-		defer func() {
-			p.mu.Lock()
-			*calls--
-			p.kickLocked()
-			p.mu.Unlock()
-		}()
-		call()
+	go p.runCall(ctx, claim, buf)
+}
+
+func (p *Pipeline[T]) runCall(ctx context.Context, claim bool, buf *callBuf[T]) {
+	defer p.loops.Done()
+	defer func() {
+		p.mu.Lock()
+		if claim {
+			p.claimCalls--
+		} else {
+			p.settleCalls--
+		}
+		p.kickLocked()
+		p.mu.Unlock()
 	}()
+	if claim {
+		p.claim(ctx, buf)
+	} else {
+		p.settle(ctx, buf)
+	}
 }
 
 // take removes up to n items from the front of *q and returns them in out's array
@@ -219,6 +230,11 @@ func (p *Pipeline[T]) claim(ctx context.Context, buf *callBuf[T]) {
 	p.mu.Lock()
 	p.claiming -= len(batch)
 	p.active += len(run)
+	if p.runHead > 0 && len(p.runq)+len(run) > cap(p.runq) { // make room at the front first
+		n := copy(p.runq, p.runq[p.runHead:])
+		clear(p.runq[n:])
+		p.runq, p.runHead = p.runq[:n], 0
+	}
 	p.runq = append(p.runq, run...)
 	p.wakeWorkerLocked()
 	p.mu.Unlock()
@@ -249,12 +265,13 @@ const slowHandler = int64(20 * time.Microsecond)
 // for the messages waiting in runq that no worker on its way will take. p.mu is
 // held.
 func (p *Pipeline[T]) wakeWorkerLocked() {
-	if len(p.runq) == 0 {
+	queued := len(p.runq) - p.runHead
+	if queued == 0 {
 		return
 	}
 	want := 1
 	if p.handlerNs >= slowHandler {
-		want = len(p.runq)
+		want = queued
 	}
 	want -= p.signalled + p.starting
 	for ; want > 0 && p.idle > p.signalled; want-- {
@@ -276,7 +293,7 @@ func (p *Pipeline[T]) work() {
 	defer p.mu.Unlock()
 	p.starting--
 	for {
-		if len(p.runq) == 0 {
+		if p.runHead == len(p.runq) {
 			if p.runClosed {
 				return
 			}
@@ -288,11 +305,11 @@ func (p *Pipeline[T]) work() {
 			}
 			continue
 		}
-		it := p.runq[0]
-		p.runq[0] = nil
-		p.runq = p.runq[1:]
-		if len(p.runq) == 0 {
-			p.runq = p.runq[:0:0] // let the array go
+		it := p.runq[p.runHead]
+		p.runq[p.runHead] = nil
+		p.runHead++
+		if p.runHead == len(p.runq) { // empty: the array serves the next claim calls
+			p.runq, p.runHead = p.runq[:0], 0
 		}
 		p.wakeWorkerLocked()
 		p.mu.Unlock()
