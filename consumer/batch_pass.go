@@ -177,7 +177,7 @@ func (p *batchPass[T]) one(ctx context.Context, k int) {
 // settle settles as, sending again, after a pause, the settlements that met an
 // unreachable store while their claims were live.
 func (p *batchPass[T]) settle(ctx context.Context, as []*attempt[T]) {
-	decideAll(ctx, &p.e, as)
+	decideAll(&p.e, as, context.Cause(ctx), false)
 	for {
 		settle(ctx, &p.e, as)
 		again := as[:0:0]

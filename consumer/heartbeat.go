@@ -281,15 +281,6 @@ func (k *keeper) finishLocked(l *lease) {
 	k.dropLocked(l)
 }
 
-// state reports, under one lock, whether l was lost and whether its local
-// deadline is still ahead.
-func (k *keeper) state(l *lease) (lost *LeaseLostError, live bool) {
-	now := monoNow()
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return l.lost, k.liveLocked(l, now)
-}
-
 // liveLocked is live at now with k.mu held.
 func (k *keeper) liveLocked(l *lease, now int64) bool {
 	return l.lost == nil && now < l.deadline

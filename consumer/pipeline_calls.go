@@ -359,7 +359,7 @@ func (p *Pipeline[T]) settle(ctx context.Context, buf *callBuf[T]) {
 	for n, it := range batch {
 		as[n] = &it.attempt
 	}
-	decideAll(nil, &p.engine, as)
+	decideAll(&p.engine, as, nil, true)
 	settle(ctx, &p.engine, as)
 	settled := batch[:0] // batch is this call's own
 	for _, it := range batch {

@@ -88,17 +88,13 @@ func notRunError(why error) error {
 }
 
 // decideAll fixes, once per attempt, what settling each of as comes to (see
-// verdictOf), and fills its settlement or its result accordingly. caller is the
-// context they were claimed under, or nil when each was claimed under its own
-// handler's context's parent (a Pipeline's messages: see Submit). Their leases
-// are read under one lock. Later settlements of an attempt (resends) keep its
-// decision: whatever happens after the handler returned, its own error still
-// counts.
-func decideAll[T any](caller context.Context, e *engine, as []*attempt[T]) {
-	var cancelled error
-	if caller != nil {
-		cancelled = context.Cause(caller)
-	}
+// verdictOf), and fills its settlement or its result accordingly. cancelled is
+// the cause of the context they were claimed under (nil while it is live), unless
+// each is set: each was claimed under its own handler's context's parent, which
+// then tells (a Pipeline's messages: see Submit). Their leases are read under one
+// lock. Later settlements of an attempt (resends) keep its decision: whatever
+// happens after the handler returned, its own error still counts.
+func decideAll[T any](e *engine, as []*attempt[T], cancelled error, each bool) {
 	stopped := e.stoppedBy()
 	now := monoNow()
 	e.keep.mu.Lock()
@@ -114,7 +110,7 @@ func decideAll[T any](caller context.Context, e *engine, as []*attempt[T]) {
 		}
 		f := ending{started: a.started, herr: a.herr, recorded: a.hctx.completed.Load(),
 			stopped: stopped, cancelled: cancelled, own: context.Cause(a.hctx.plain())}
-		if caller == nil {
+		if each {
 			f.cancelled = f.own
 		}
 		if a.lost != nil {
