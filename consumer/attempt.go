@@ -27,6 +27,9 @@ import (
 //     CompletionLookup): every message of that claim call gets an Error with the
 //     *PanicError (retryable; no handler ran); claims the store may have made
 //     before the panic run out with their lease;
+//   - in a Pipeline message's Done, or an outcome hook called before it: logged
+//     with the result Done was given (key, outcome, action, error); the pipeline
+//     goes on, and the message is answered once, as if Done had returned;
 //   - while settling (a store wrapper's Settle, a settle hook): the attempts whose
 //     settlement that call carried get an Error with the *PanicError, and their
 //     leases are no longer renewed, so their claims run out on the store; a
@@ -74,24 +77,24 @@ type attempt[T any] struct {
 	herr    error
 	started bool
 
-	verdict verdict // what settling it comes to: decided once (decide)
-	tries   int     // settlements sent
-	resend  bool    // the last settlement met an unreachable store while the claim was live
+	verdict verdict         // what settling it comes to: decided once (decideAll)
+	lost    *LeaseLostError // the lease's loss as decideAll read it
+	tries   int             // settlements sent
+	resend  bool            // the last settlement met an unreachable store while the claim was live
 }
 
 // claimed makes a the attempt of claim c, which the store answered rep: its
 // handler's context, which a.hctx points to, derives from parent (the caller's),
 // and its result goes to a.res. The caller then gives the lease to the keeper.
 func (a *attempt[T]) claimed(parent context.Context, e *engine, c *Claim, rep ClaimReply) {
-	hctx, cancel := context.WithCancelCause(parent)
-	*a.hctx = itemCtx{Context: hctx}
-	a.lease = lease{cancel: cancel}
+	a.hctx.init(parent)
+	a.lease = lease{ctx: a.hctx}
 	a.claimedIn(e, c, rep)
 }
 
 // claimedIn makes a the attempt of claim c, which the store answered rep, when its
-// handler's context (a.hctx) and that context's cancel (a.lease.cancel) were made
-// before the claim: a Pipeline makes them when a message is submitted.
+// handler's context (a.hctx, which a.lease.ctx points to) was made before the
+// claim: a Pipeline makes it when a message is submitted.
 func (a *attempt[T]) claimedIn(e *engine, c *Claim, rep ClaimReply) {
 	a.st = Settlement{Key: c.Key, Owner: c.Owner, Ref: rep.Ref, Fence: rep.Fence,
 		Attempts: rep.Attempts, Created: rep.Created, Fingerprint: rep.Fingerprint}
@@ -166,11 +169,12 @@ func callHandler[T any](ctx context.Context, call handlerCall[T]) (v T, err erro
 }
 
 // claimContained is claimAll followed, with a CompletionLookup, by
-// completedElsewhere for each reply. A panic on the way (in the store's Begin, a
+// completedElsewhere for each reply; the replies go to out when it has room (see
+// beginBounded). A panic on the way (in the store's Begin, a
 // store wrapper, a claim hook, a CompletionLookup) is contained: every claim is
 // then answered with the *PanicError (a retryable error; the claims the store may
 // have made run out with their lease).
-func claimContained(ctx context.Context, e *engine, claims []Claim) (reps []ClaimReply, resent []bool, sent time.Time) {
+func claimContained(ctx context.Context, e *engine, claims []Claim, out []ClaimReply) (reps []ClaimReply, resent []bool, sent time.Time) {
 	defer func() {
 		if p := recover(); p != nil {
 			perr := contained(e.s, "claiming", p, len(claims))
@@ -181,7 +185,7 @@ func claimContained(ctx context.Context, e *engine, claims []Claim) (reps []Clai
 		}
 	}()
 	sent = time.Now()
-	reps, resent = claimAll(ctx, e.store, e.s, claims)
+	reps, resent = claimAll(ctx, e.store, e.s, claims, out)
 	if e.s.watchClaims() {
 		reportClaim(e.s, reps, time.Since(sent))
 	}
@@ -194,11 +198,11 @@ func claimContained(ctx context.Context, e *engine, claims []Claim) (reps []Clai
 }
 
 // contained turns p, a panic recovered outside any handler while doing what (for
-// n messages), into a *PanicError, and logs it with its stack.
-func contained(s Settings, what string, p any, n int) *PanicError {
+// n messages), into a *PanicError, and logs it with its stack and attrs.
+func contained(s Settings, what string, p any, n int, attrs ...any) *PanicError {
 	perr := &PanicError{Value: p, Stack: debug.Stack()}
-	s.Logger.Error("consumer: panic outside the handler, contained", "while", what, "messages", n,
-		"panic", fmt.Sprint(p), "stack", string(perr.Stack))
+	s.Logger.Error("consumer: panic outside the handler, contained", append([]any{"while", what, "messages", n,
+		"panic", fmt.Sprint(p), "stack", string(perr.Stack)}, attrs...)...)
 	return perr
 }
 

@@ -13,13 +13,16 @@ import (
 func (b *batch[T]) pass(ctx context.Context, pending []int) (waiting []int) {
 	claims := sized(b.sc.claims, len(pending))
 	b.sc.claims = claims
-	owners := newOwners(len(pending))
 	for j, i := range pending {
-		claims[j] = Claim{Key: b.items[i].Key, Owner: owners[j], Fingerprint: b.fps[i], Locked: b.bc.underLock}
+		claims[j] = Claim{Key: b.items[i].Key, Fingerprint: b.fps[i], Locked: b.bc.underLock}
+	}
+	newOwners(len(pending), func(j int, owner string) { claims[j].Owner = owner })
+	if _, ok := b.store.(StoreInto); ok && cap(b.sc.reps) < len(claims) {
+		b.sc.reps = make([]ClaimReply, len(claims))
 	}
 	cc := claimCall{claims: claims}
-	cc.reps, cc.resent, cc.sent = claimContained(ctx, &engine{store: b.store, s: b.s}, claims)
-	var run, unguarded []int // indexes into pending
+	cc.reps, cc.resent, cc.sent = claimContained(ctx, &engine{store: b.store, s: b.s}, claims, b.sc.reps)
+	run, unguarded := b.sc.run[:0], []int(nil) // indexes into pending
 	for j, rep := range cc.reps {
 		i := pending[j]
 		switch {
@@ -39,6 +42,7 @@ func (b *batch[T]) pass(ctx context.Context, pending []int) (waiting []int) {
 			b.stopAt = min(b.stopAt, i)
 		}
 	}
+	b.sc.run = run
 	if len(run) > 0 {
 		newBatchPass(ctx, b, pending, &cc, run).run(ctx)
 	}
@@ -87,11 +91,12 @@ func newBatchPass[T any](ctx context.Context, b *batch[T], pending []int, cc *cl
 	if cap(as) < n {
 		as = make([]attempt[T], n)
 	}
-	p := &batchPass[T]{b: b, as: as[:n], idx: sized(b.sc.idx, n), stopAt: b.stopAt,
+	all, _ := b.sc.all.([]*attempt[T])
+	p := &batchPass[T]{b: b, as: as[:n], all: sized(all, n), idx: sized(b.sc.idx, n), stopAt: b.stopAt,
 		e: engine{store: b.store, s: b.s, keep: newKeeper(ctx, b.store, b.s), source: "execute"}}
 	b.sc.idx = p.idx
-	hctxs := make([]itemCtx, n)
-	p.all = make([]*attempt[T], n)
+	p.e.keep.leases = b.sc.leases[:0]
+	hctxs := make([]itemCtx, n) // never reused: a handler may keep its context
 	for k, j := range run {
 		i, a := pending[j], &p.as[k]
 		p.idx[k], p.all[k] = i, a
@@ -113,8 +118,14 @@ func (p *batchPass[T]) run(ctx context.Context) {
 		for k := range p.as {
 			p.as[k].lease.cancel(context.Canceled)
 		}
-		clear(p.as) // the keeper is stopped: the attempts may serve another batch
-		p.b.sc.attempts = p.as[:0]
+		// The keeper is stopped: the attempts, and its slice of them, may serve
+		// another batch.
+		clear(p.as)
+		clear(p.all)
+		sc := p.b.sc
+		sc.attempts, sc.all = p.as[:0], p.all[:0]
+		sc.leases = p.e.keep.leases[:0]
+		clear(sc.leases[:cap(sc.leases)])
 	}()
 	if c := p.b.bc.concurrency; c <= 1 {
 		for k := range p.as {
@@ -166,9 +177,7 @@ func (p *batchPass[T]) one(ctx context.Context, k int) {
 // settle settles as, sending again, after a pause, the settlements that met an
 // unreachable store while their claims were live.
 func (p *batchPass[T]) settle(ctx context.Context, as []*attempt[T]) {
-	for _, a := range as {
-		a.decide(ctx, &p.e)
-	}
+	decideAll(&p.e, as, context.Cause(ctx), false)
 	for {
 		settle(ctx, &p.e, as)
 		again := as[:0:0]

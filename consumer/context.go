@@ -2,7 +2,9 @@ package consumer
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/idemkit/idemkit/internal/observe"
 )
@@ -36,18 +38,158 @@ func InfoFromContext(ctx context.Context) (Info, bool) {
 }
 
 // itemCtx is a claimed attempt's handler context: a cancellable child of the
-// batch's context (cancelled with a *LeaseLostError cause when the lease is lost)
-// that also answers the attempt's Info. A batch allocates its items' itemCtx values
-// in one slice, so the Info costs no allocation of its own.
+// context the attempt was claimed under (its parent), cancelled with a
+// *LeaseLostError cause when the lease is lost, that also answers the attempt's
+// Info. A batch allocates its items' itemCtx values in one slice, so the Info costs
+// no allocation of its own.
+//
+// It behaves as context.WithCancelCause(parent) does, but costs nothing more until
+// something waits on it: its Done channel, and the real child of parent behind
+// it, are made when Done is first called (also by a context derived from it) or
+// when it is cancelled with a cause other than context.Canceled. Until then Err
+// and Value ask the parent, and a cancellation with context.Canceled (how every
+// attempt's context ends once it is settled) only sets a flag. Most handlers that
+// never look at Done (and every quick one) thus cost neither the child's
+// allocations nor its registration with the parent.
 type itemCtx struct {
-	context.Context
-	info      Info
-	completed atomic.Bool // MarkCompleted was called
+	parent context.Context
+	// real is context.WithCancelCause(parent) once made (see Done); cancelReal cancels it.
+	real       context.Context
+	cancelReal context.CancelCauseFunc
+	mu         sync.Mutex  // guards real, cancelReal and cancelled
+	cancelled  bool        // cancelled with context.Canceled while real was not made
+	completed  atomic.Bool // MarkCompleted was called
+	info       Info
 }
+
+// plainCtx is an itemCtx as the bare cancellable child of its parent, without the
+// attempt's Info: the context the engine itself uses for the attempt (its store
+// calls, its observers' view of where the message came from).
+type plainCtx itemCtx
+
+// init makes c a fresh child of parent. c must be zero (a new itemCtx).
+func (c *itemCtx) init(parent context.Context) { c.parent = parent }
+
+// plain is c as its plain cancellable child (see plainCtx).
+func (c *itemCtx) plain() *plainCtx { return (*plainCtx)(c) }
+
+// closedDone is the Done channel of a context cancelled before its channel was made.
+var closedDone = func() chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}()
+
+// cancelCtxKey is the key context.Cause looks a cancelled context's cause up with
+// (an address inside package context), found once by asking context.Cause
+// itself and checked against a real cancellable context; nil if not found. With
+// it, a context cancelled by a flag answers that key with nil, so that
+// context.Cause reports context.Canceled (its own cause) rather than a cause its
+// parent may get later; without it, every cancellation makes the real child.
+var cancelCtxKey = func() any {
+	p := &causeKeyProbe{Context: context.Background()}
+	_ = context.Cause(p)
+	cc, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if p.key == nil || cc.Value(p.key) != any(cc) {
+		return nil
+	}
+	return p.key
+}()
+
+// causeKeyProbe is a cancelled context that keeps the first key it is asked for.
+type causeKeyProbe struct {
+	context.Context
+	key any
+}
+
+func (p *causeKeyProbe) Err() error { return context.Canceled }
+
+func (p *causeKeyProbe) Value(key any) any {
+	if p.key == nil {
+		p.key = key
+	}
+	return nil
+}
+
+// Deadline is the parent's.
+func (c *plainCtx) Deadline() (time.Time, bool) { return c.parent.Deadline() }
+
+// Done makes the real child, unless c was cancelled first, and returns its channel.
+func (c *plainCtx) Done() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.real == nil {
+		if c.cancelled {
+			return closedDone
+		}
+		c.real, c.cancelReal = context.WithCancelCause(c.parent)
+	}
+	return c.real.Done()
+}
+
+// Err is the real child's, or context.Canceled after a cancellation by flag, or
+// else the parent's.
+func (c *plainCtx) Err() error {
+	c.mu.Lock()
+	real, cancelled := c.real, c.cancelled
+	c.mu.Unlock()
+	switch {
+	case real != nil:
+		return real.Err()
+	case cancelled:
+		return context.Canceled
+	}
+	return c.parent.Err()
+}
+
+// Value asks the real child, or else the parent (see cancelCtxKey).
+func (c *plainCtx) Value(key any) any {
+	c.mu.Lock()
+	real, cancelled := c.real, c.cancelled
+	c.mu.Unlock()
+	switch {
+	case real != nil:
+		return real.Value(key)
+	case cancelled && key == cancelCtxKey:
+		return nil
+	}
+	return c.parent.Value(key)
+}
+
+// cancel cancels c with cause (context.Canceled when nil), as the cancel function
+// of context.WithCancelCause does: a context already cancelled, or whose parent
+// ended first, keeps what it has.
+func (c *itemCtx) cancel(cause error) {
+	if cause == nil {
+		cause = context.Canceled
+	}
+	c.mu.Lock()
+	if c.real == nil {
+		if c.cancelled || c.parent.Err() != nil {
+			c.mu.Unlock()
+			return
+		}
+		if cause == context.Canceled && cancelCtxKey != nil {
+			c.cancelled = true
+			c.mu.Unlock()
+			return
+		}
+		c.real, c.cancelReal = context.WithCancelCause(c.parent)
+	}
+	cancelReal := c.cancelReal
+	c.mu.Unlock()
+	cancelReal(cause)
+}
+
+// Deadline, Done and Err are those of the plain child.
+func (c *itemCtx) Deadline() (time.Time, bool) { return c.plain().Deadline() }
+func (c *itemCtx) Done() <-chan struct{}       { return c.plain().Done() }
+func (c *itemCtx) Err() error                  { return c.plain().Err() }
 
 type attemptKey struct{}
 
-// Value answers the attempt's Info, and asks the parent for anything else but
+// Value answers the attempt's Info, and asks the plain child for anything else but
 // the source it was claimed under (an entry point's name for itself), which is the
 // execution's, not that of the executions the handler starts.
 func (c *itemCtx) Value(key any) any {
@@ -59,7 +201,7 @@ func (c *itemCtx) Value(key any) any {
 	case observe.SourceKey:
 		return nil
 	}
-	return c.Context.Value(key)
+	return c.plain().Value(key)
 }
 
 // MarkCompleted tells the execution running the handler of ctx that the handler

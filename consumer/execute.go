@@ -50,25 +50,24 @@ var (
 	ownerSeq atomic.Uint64
 )
 
-// newOwners returns n fresh owner tokens, made in one allocation.
-func newOwners(n int) []string {
-	last := ownerSeq.Add(uint64(n))
+// newOwners makes n fresh owner tokens in one allocation and gives token i to
+// set(i, token).
+func newOwners(n int, set func(i int, owner string)) {
+	first := ownerSeq.Add(uint64(n)) - uint64(n-1)
 	var sb strings.Builder
 	sb.Grow(n * (len(ownerPrefix) + 8))
-	ends := make([]int, n)
 	var num [13]byte
 	for i := 0; i < n; i++ {
 		sb.WriteString(ownerPrefix)
-		sb.Write(strconv.AppendUint(num[:0], last-uint64(n-1-i), 36))
-		ends[i] = sb.Len()
+		sb.Write(strconv.AppendUint(num[:0], first+uint64(i), 36))
 	}
 	all := sb.String()
-	out := make([]string, n)
 	start := 0
-	for i, end := range ends {
-		out[i], start = all[start:end], end
+	for i := 0; i < n; i++ {
+		end := start + len(ownerPrefix) + len(strconv.AppendUint(num[:0], first+uint64(i), 36))
+		set(i, all[start:end])
+		start = end
 	}
-	return out
 }
 
 // resolve turns a reply that is not a claim into a result.
@@ -146,9 +145,19 @@ func markedComplete[T any](s Settings, r *Result[T], v T, herr error) {
 	}
 }
 
+// emptyObject is what JSONCodec makes of struct{}{}, the result of handlers that
+// have none. It is shared: like every settlement's result, stores read it and
+// keep no reference to it.
+var emptyObject = []byte("{}")
+
 // marshal encodes v, turning a panic in the codec (or in a MarshalJSON method)
 // into an error that carries the stack.
 func marshal(c Codec, v any) (data []byte, err error) {
+	if _, ok := v.(struct{}); ok {
+		if _, ok := c.(JSONCodec); ok {
+			return emptyObject[:len(emptyObject):len(emptyObject)], nil
+		}
+	}
 	defer func() {
 		if p := recover(); p != nil {
 			data, err = nil, fmt.Errorf("the codec panicked: %v\n%s", p, debug.Stack())

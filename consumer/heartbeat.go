@@ -53,9 +53,9 @@ type keeper struct {
 // lease is one attempt under a keeper. Times are monotonic (see mono).
 type lease struct {
 	claim    *Settlement // the claim's Key, Owner, Ref and Fence; never changed while kept
-	cancel   context.CancelCauseFunc
-	deadline int64 // local deadline: see LeaseMargin
-	renewed  int64 // send time of the last successful claim or renewal
+	ctx      *itemCtx    // the handler's context, which cancel cancels
+	deadline int64       // local deadline: see LeaseMargin
+	renewed  int64       // send time of the last successful claim or renewal
 	lost     *LeaseLostError
 	done     bool // settled: no longer renewed or guarded
 	slot     int  // 1 + its index in the keeper's leases while kept; 0 otherwise
@@ -66,6 +66,13 @@ type lease struct {
 var epoch = time.Now()
 
 func mono(t time.Time) int64 { return int64(t.Sub(epoch)) }
+
+// monoNow is mono(time.Now()), read from the monotonic clock alone (time.Since
+// skips the wall clock time.Now also reads: about half the cost).
+func monoNow() int64 { return int64(time.Since(epoch)) }
+
+// cancel cancels the handler's context with cause.
+func (l *lease) cancel(cause error) { l.ctx.cancel(cause) }
 
 func (l *lease) owned() Owned {
 	return Owned{Key: l.claim.Key, Owner: l.claim.Owner, Ref: l.claim.Ref, Fence: l.claim.Fence}
@@ -89,7 +96,7 @@ func (k *keeper) addAll(n int, lease func(i int) *lease, sent time.Time, granted
 		l.renewed = mono(sent)
 		l.deadline = l.renewed + int64(granted(i)-k.margin)
 	}
-	now := mono(time.Now())
+	now := monoNow()
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	for i := range n {
@@ -104,7 +111,7 @@ func (k *keeper) addLeases(ls []*lease, sent time.Time, granted []time.Duration)
 		l.renewed = renewed
 		l.deadline = renewed + int64(granted[i]-k.margin)
 	}
-	now := mono(time.Now())
+	now := monoNow()
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	for _, l := range ls {
@@ -158,7 +165,7 @@ func (k *keeper) tick(ctx context.Context) {
 			live = append(live, l)
 		}
 	}
-	k.armGuard(mono(time.Now()))
+	k.armGuard(monoNow())
 	k.mu.Unlock()
 
 	next := k.interval
@@ -167,12 +174,12 @@ func (k *keeper) tick(ctx context.Context) {
 		for n, l := range live {
 			owned[n] = l.owned()
 		}
-		sent := mono(time.Now())
+		sent := monoNow()
 		cctx, cancel := context.WithTimeout(ctx, k.bound)
 		errs := k.store.Extend(cctx, owned)
 		cancel()
 		if k.s.watchLeases() {
-			e := LeaseEvent{Scope: k.s.Scope, Messages: len(owned), Latency: time.Duration(mono(time.Now()) - sent)}
+			e := LeaseEvent{Scope: k.s.Scope, Messages: len(owned), Latency: time.Duration(monoNow() - sent)}
 			for _, h := range k.s.hooked().lease {
 				h.OnLeaseRenewed(e)
 			}
@@ -199,7 +206,7 @@ func (k *keeper) tick(ctx context.Context) {
 				k.lose(l, err.Error())
 			}
 		}
-		k.armGuard(mono(time.Now()))
+		k.armGuard(monoNow())
 		k.mu.Unlock()
 	}
 
@@ -217,7 +224,7 @@ func (k *keeper) expire() {
 	if k.stopped {
 		return
 	}
-	now := mono(time.Now())
+	now := monoNow()
 	for _, l := range k.leases {
 		if !l.done && l.lost == nil && now >= l.deadline {
 			k.lose(l, fmt.Sprintf("the lease was not renewed in time: last renewal sent %v ago, lease %v, margin %v",
@@ -272,15 +279,6 @@ func (k *keeper) finish(l *lease) *LeaseLostError {
 func (k *keeper) finishLocked(l *lease) {
 	l.done = true
 	k.dropLocked(l)
-}
-
-// state reports, under one lock, whether l was lost and whether its local
-// deadline is still ahead.
-func (k *keeper) state(l *lease) (lost *LeaseLostError, live bool) {
-	now := mono(time.Now())
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return l.lost, k.liveLocked(l, now)
 }
 
 // liveLocked is live at now with k.mu held.

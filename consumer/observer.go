@@ -292,7 +292,7 @@ func startHandler(ctx context.Context, s Settings, source string, info *Info) (c
 	hk := s.hooked()
 	made := ctx // the context the execution was made with: the attempt's parent
 	if ic, ok := ctx.(*itemCtx); ok {
-		made = ic.Context
+		made = ic.plain()
 	}
 	e := HandlerEvent{Source: sourceOf(made, source), Scope: s.Scope, Key: info.Key, Attempt: info.Attempt, Fence: info.Fence,
 		Origin: originOf(observe.MessageOf(made))}

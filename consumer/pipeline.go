@@ -49,7 +49,8 @@ type Pipeline[T any] struct {
 	slots chan struct{} // one per message accepted and not yet settled
 
 	mu          sync.Mutex
-	runq        []*pitem[T] // claimed, waiting for a handler worker
+	runq        []*pitem[T] // runq[runHead:]: claimed, waiting for a handler worker
+	runHead     int
 	workers     int         // handler workers started (at most cfg.concurrency)
 	idle        int         // workers waiting for runq
 	signalled   int         // idle workers signalled that have not yet woken
@@ -68,6 +69,7 @@ type Pipeline[T any] struct {
 	timer       *time.Timer // wakes the loop when a gathering call is due
 	timerAt     int64       // when timer fires (mono); 0: not armed
 	slab        []pitem[T]  // messages are allocated from here, a slab at a time
+	bufs        sync.Pool   // *callBuf[T]: the working slices of claim and settle calls
 	inflight    map[Key]*pitem[T]
 	stopped     bool          // Shutdown began: no more messages
 	abandoned   atomic.Bool   // Shutdown's wait ran out: nothing more starts, running handlers are cancelled; set under mu
@@ -87,13 +89,14 @@ type PipelineItem[T any] struct {
 	// with a *LeaseLostError cause if the claim is lost, and carries Info.
 	Run func(ctx context.Context) (T, error)
 	// Done receives the message's result once it is settled. It is called from the
-	// pipeline's goroutines, once, and should return quickly.
+	// pipeline's goroutines, once, and should return quickly. A panic in Done is
+	// recovered and logged at Error with the result it was given.
 	Done func(Result[T])
 }
 
 // pitem is a message inside the pipeline: once claimed, an attempt. Its handler's
-// context (hctx, with its cancel in attempt.lease) is made when it is submitted,
-// as a child of Submit's context.
+// context (hctx, which attempt.lease cancels) is made when it is submitted, as a
+// child of Submit's context.
 type pitem[T any] struct {
 	PipelineItem[T]
 	attempt[T]
@@ -107,7 +110,7 @@ type pitem[T any] struct {
 
 // pitemSlab is how many messages are allocated at once. A slab lives as long as
 // any of its messages is referenced (a handler may keep its context).
-const pitemSlab = 32
+const pitemSlab = 64
 
 // PipelineOption configures a Pipeline. Every option states its default.
 type PipelineOption interface{ applyPipeline(*pipelineConfig) }
@@ -184,6 +187,7 @@ func NewPipeline[T any](ctx context.Context, store Store, opts ...PipelineOption
 		wake:        make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{}),
 	}
 	p.settleGather = p.claimGather
+	p.bufs.New = func() any { return new(callBuf[T]) }
 	p.workCond.L = &p.mu
 	p.stopCause = p.abandonCause
 	p.timer = time.AfterFunc(time.Hour, p.fired)
@@ -217,25 +221,23 @@ func (p *Pipeline[T]) Submit(ctx context.Context, it PipelineItem[T]) error {
 	}
 	if err := it.Key.Validate(); err != nil {
 		<-p.slots
-		it.Done(Result[T]{Outcome: Error, Key: it.Key, Err: err})
+		p.deliver(it.Done, Result[T]{Outcome: Error, Key: it.Key, Err: err})
 		return nil
 	}
 	var fp Fingerprint
 	if p.s.Fingerprint {
 		fp = FingerprintOf(it.Payload)
 	}
-	hctx, cancel := context.WithCancelCause(ctx)
 	p.mu.Lock()
 	if p.stopped {
 		p.mu.Unlock()
-		cancel(ErrPipelineStopped)
 		<-p.slots
 		return ErrPipelineStopped
 	}
 	pi := p.newItem()
 	pi.PipelineItem, pi.fp = it, fp
-	pi.hctx.Context, pi.lease.cancel = hctx, cancel
-	pi.attempt.hctx, pi.res = &pi.hctx, &pi.result
+	pi.hctx.init(ctx)
+	pi.lease.ctx, pi.attempt.hctx, pi.res = &pi.hctx, &pi.hctx, &pi.result
 	p.items.Add(1)
 	if first := p.inflight[it.Key]; first != nil {
 		first.next = append(first.next, pi) // runs once the first settles
@@ -316,9 +318,36 @@ func (p *Pipeline[T]) answer(it *pitem[T], r Result[T]) {
 		if !it.sent.IsZero() {
 			took = time.Since(it.sent)
 		}
-		reportOutcome(it.hctx.Context, p.s, p.source, &r, took)
+		p.reportOutcome(it, &r, took)
 	}
-	it.Done(r)
+	p.deliver(it.Done, r)
+}
+
+// reportOutcome tells the observers of it's outcome r, containing a panic in an
+// outcome hook (see the panic policy in attempt.go).
+func (p *Pipeline[T]) reportOutcome(it *pitem[T], r *Result[T], took time.Duration) {
+	defer func() {
+		if v := recover(); v != nil {
+			contained(p.s, "reporting an outcome", v, 1, resultAttrs(r)...)
+		}
+	}()
+	reportOutcome(it.hctx.plain(), p.s, p.source, r, took)
+}
+
+// deliver calls done with r. A panic in done is contained: it is logged with the
+// result done was given, and the pipeline goes on.
+func (p *Pipeline[T]) deliver(done func(Result[T]), r Result[T]) {
+	defer func() {
+		if v := recover(); v != nil {
+			contained(p.s, "calling a message's Done", v, 1, resultAttrs(&r)...)
+		}
+	}()
+	done(r)
+}
+
+// resultAttrs are the log attributes of a result whose delivery panicked.
+func resultAttrs[T any](r *Result[T]) []any {
+	return []any{"key", string(r.Key), "outcome", r.Outcome.String(), "action", r.Action().String(), "err", r.Err}
 }
 
 // nextLocked lets the next message of it's key go, now that it is answered, and

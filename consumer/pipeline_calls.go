@@ -9,8 +9,6 @@ import (
 // the Pipeline's doc), the loop that starts them, and what each call does with
 // its messages.
 
-func monoNow() int64 { return mono(time.Now()) }
-
 // claimable is how many waiting messages a claim call may take now: claims
 // follow free handlers plus one call's read-ahead. p.mu is held.
 func (p *Pipeline[T]) claimable() int {
@@ -42,8 +40,10 @@ func (p *Pipeline[T]) settleDue(now int64) bool {
 
 // kickLocked wakes the loop when a call is due and may go, or else arms the timer
 // for when one will be. p.mu is held.
-func (p *Pipeline[T]) kickLocked() {
-	now := monoNow()
+func (p *Pipeline[T]) kickLocked() { p.kickAtLocked(monoNow()) }
+
+// kickAtLocked is kickLocked at now. p.mu is held.
+func (p *Pipeline[T]) kickAtLocked(now int64) {
 	if p.claimDue(now) && p.claimCalls < p.cfg.calls || p.settleDue(now) && p.settleCalls < p.cfg.calls {
 		p.poke()
 		return
@@ -109,16 +109,18 @@ func (p *Pipeline[T]) startCalls(ctx context.Context) {
 		now := monoNow()
 		switch {
 		case p.settleDue(now) && p.settleCalls < p.cfg.calls:
-			batch := take(&p.settling, p.cfg.maxBatch)
+			buf := p.getBuf()
+			buf.batch = take(&p.settling, p.cfg.maxBatch, buf.batch)
 			p.settleSince = now
 			p.settleCalls++
-			p.spawn(func() { p.settle(ctx, batch) }, &p.settleCalls)
+			p.spawn(ctx, false, buf)
 		case p.claimDue(now) && p.claimCalls < p.cfg.calls:
-			batch := take(&p.ready, p.claimable())
+			buf := p.getBuf()
+			buf.batch = take(&p.ready, p.claimable(), buf.batch)
 			p.claimSince = 0
-			p.claiming += len(batch)
+			p.claiming += len(buf.batch)
 			p.claimCalls++
-			p.spawn(func() { p.claim(ctx, batch) }, &p.claimCalls)
+			p.spawn(ctx, true, buf)
 		default:
 			p.armLocked()
 			return
@@ -126,26 +128,38 @@ func (p *Pipeline[T]) startCalls(ctx context.Context) {
 	}
 }
 
-// spawn runs call in a goroutine that counts itself out of *calls (under p.mu)
-// when it ends and wakes the loop.
-func (p *Pipeline[T]) spawn(call func(), calls *int) {
+// spawn runs a claim call (claim) or a settle call of buf in a goroutine that
+// counts itself out of the calls under way (under p.mu) when it ends and wakes
+// the loop.
+func (p *Pipeline[T]) spawn(ctx context.Context, claim bool, buf *callBuf[T]) {
 	p.loops.Add(1)
-	go func() {
-		defer p.loops.Done()
-		defer func() {
-			p.mu.Lock()
-			*calls--
-			p.kickLocked()
-			p.mu.Unlock()
-		}()
-		call()
-	}()
+	go p.runCall(ctx, claim, buf)
 }
 
-// take removes and returns up to n items from the front of *q.
-func take[E any](q *[]E, n int) []E {
+func (p *Pipeline[T]) runCall(ctx context.Context, claim bool, buf *callBuf[T]) {
+	defer p.loops.Done()
+	defer func() {
+		p.mu.Lock()
+		if claim {
+			p.claimCalls--
+		} else {
+			p.settleCalls--
+		}
+		p.kickLocked()
+		p.mu.Unlock()
+	}()
+	if claim {
+		p.claim(ctx, buf)
+	} else {
+		p.settle(ctx, buf)
+	}
+}
+
+// take removes up to n items from the front of *q and returns them in out's array
+// (or a new one when out's is too small).
+func take[E any](q *[]E, n int, out []E) []E {
 	n = min(n, len(*q))
-	out := make([]E, n)
+	out = sized(out, n)
 	copy(out, *q)
 	rest := copy(*q, (*q)[n:])
 	clear((*q)[rest:])
@@ -153,17 +167,46 @@ func take[E any](q *[]E, n int) []E {
 	return out
 }
 
-// claim claims batch in one call and starts the handlers of what it claimed.
-func (p *Pipeline[T]) claim(ctx context.Context, batch []*pitem[T]) {
-	claims := make([]Claim, len(batch))
-	owners := newOwners(len(batch))
+// callBuf holds the working slices of one claim or settle call, reused by later
+// calls (see Pipeline.bufs): nothing in them outlives the call.
+type callBuf[T any] struct {
+	batch   []*pitem[T]
+	claims  []Claim
+	reps    []ClaimReply // the claims' answers, from a store that implements StoreInto
+	run     []*pitem[T]
+	kept    []*lease
+	granted []time.Duration
+	as      []*attempt[T]
+}
+
+func (p *Pipeline[T]) getBuf() *callBuf[T] { return p.bufs.Get().(*callBuf[T]) }
+
+// putBuf gives buf back for another call, without the references it holds.
+func (p *Pipeline[T]) putBuf(buf *callBuf[T]) {
+	clear(buf.batch[:cap(buf.batch)])
+	clear(buf.claims[:cap(buf.claims)])
+	clear(buf.reps[:cap(buf.reps)])
+	clear(buf.run[:cap(buf.run)])
+	clear(buf.kept[:cap(buf.kept)])
+	clear(buf.as[:cap(buf.as)])
+	p.bufs.Put(buf)
+}
+
+// claim claims buf.batch in one call and starts the handlers of what it claimed.
+func (p *Pipeline[T]) claim(ctx context.Context, buf *callBuf[T]) {
+	defer p.putBuf(buf)
+	batch := buf.batch
+	claims := sized(buf.claims, len(batch))
+	buf.claims = claims
 	for i, it := range batch {
-		claims[i] = Claim{Key: it.Key, Owner: owners[i], Fingerprint: it.fp}
+		claims[i] = Claim{Key: it.Key, Fingerprint: it.fp}
 	}
-	reps, resent, sent := claimContained(ctx, &p.engine, claims)
-	run := make([]*pitem[T], 0, len(batch)) // claimed, or run unguarded
-	var kept []*lease
-	var granted []time.Duration
+	newOwners(len(batch), func(i int, owner string) { claims[i].Owner = owner })
+	if _, ok := p.store.(StoreInto); ok && cap(buf.reps) < len(claims) {
+		buf.reps = make([]ClaimReply, len(claims))
+	}
+	reps, resent, sent := claimContained(ctx, &p.engine, claims, buf.reps)
+	run, kept, granted := buf.run[:0], buf.kept[:0], buf.granted[:0] // run: claimed, or run unguarded
 	for i, it := range batch {
 		it.sent = sent
 		switch rep := reps[i]; {
@@ -173,21 +216,25 @@ func (p *Pipeline[T]) claim(ctx context.Context, batch []*pitem[T]) {
 		case rep.Err == nil && rep.Claimed():
 			it.claimedIn(&p.engine, &claims[i], rep)
 			if needsMark(rep, resent, i) {
-				it.mark = &claims[i]
+				mark := claims[i] // claims serves later calls
+				it.mark = &mark
 			}
 			run = append(run, it)
-			if kept == nil {
-				kept, granted = make([]*lease, 0, len(batch)-i), make([]time.Duration, 0, len(batch)-i)
-			}
 			kept, granted = append(kept, &it.lease), append(granted, rep.Lease)
 		}
 	}
+	buf.run, buf.kept, buf.granted = run, kept, granted
 	if len(kept) > 0 {
 		p.keep.addLeases(kept, sent, granted)
 	}
 	p.mu.Lock()
 	p.claiming -= len(batch)
 	p.active += len(run)
+	if p.runHead > 0 && len(p.runq)+len(run) > cap(p.runq) { // make room at the front first
+		n := copy(p.runq, p.runq[p.runHead:])
+		clear(p.runq[n:])
+		p.runq, p.runHead = p.runq[:n], 0
+	}
 	p.runq = append(p.runq, run...)
 	p.wakeWorkerLocked()
 	p.mu.Unlock()
@@ -218,12 +265,13 @@ const slowHandler = int64(20 * time.Microsecond)
 // for the messages waiting in runq that no worker on its way will take. p.mu is
 // held.
 func (p *Pipeline[T]) wakeWorkerLocked() {
-	if len(p.runq) == 0 {
+	queued := len(p.runq) - p.runHead
+	if queued == 0 {
 		return
 	}
 	want := 1
 	if p.handlerNs >= slowHandler {
-		want = len(p.runq)
+		want = queued
 	}
 	want -= p.signalled + p.starting
 	for ; want > 0 && p.idle > p.signalled; want-- {
@@ -245,7 +293,7 @@ func (p *Pipeline[T]) work() {
 	defer p.mu.Unlock()
 	p.starting--
 	for {
-		if len(p.runq) == 0 {
+		if p.runHead == len(p.runq) {
 			if p.runClosed {
 				return
 			}
@@ -257,11 +305,11 @@ func (p *Pipeline[T]) work() {
 			}
 			continue
 		}
-		it := p.runq[0]
-		p.runq[0] = nil
-		p.runq = p.runq[1:]
-		if len(p.runq) == 0 {
-			p.runq = p.runq[:0:0] // let the array go
+		it := p.runq[p.runHead]
+		p.runq[p.runHead] = nil
+		p.runHead++
+		if p.runHead == len(p.runq) { // empty: the array serves the next claim calls
+			p.runq, p.runHead = p.runq[:0], 0
 		}
 		p.wakeWorkerLocked()
 		p.mu.Unlock()
@@ -274,7 +322,7 @@ func (p *Pipeline[T]) work() {
 // settlement.
 func (p *Pipeline[T]) run(it *pitem[T]) {
 	if it.unguarded != nil {
-		r := runUnguarded(it.hctx.Context, p.s, it.Key, it.unguarded, handlerCall[T]{run: it.Run})
+		r := runUnguarded(it.hctx.plain(), p.s, it.Key, it.unguarded, handlerCall[T]{run: it.Run})
 		p.mu.Lock()
 		p.active--
 		p.kickLocked()
@@ -283,32 +331,35 @@ func (p *Pipeline[T]) run(it *pitem[T]) {
 		return
 	}
 	began := monoNow()
-	it.attempt.run(it.hctx.Context, &p.engine, handlerCall[T]{run: it.Run})
-	took := monoNow() - began
+	it.attempt.run(it.hctx.plain(), &p.engine, handlerCall[T]{run: it.Run})
+	now := monoNow()
 	p.mu.Lock()
-	p.handlerNs += (took - p.handlerNs) / 8
+	p.handlerNs += (now - began - p.handlerNs) / 8
 	p.active--
-	p.settleLocked(it)
+	p.settleLocked(it, now)
 	p.mu.Unlock()
 }
 
-// settleLocked queues it's settlement for a settle call. p.mu is held.
-func (p *Pipeline[T]) settleLocked(it *pitem[T]) {
+// settleLocked queues it's settlement for a settle call at now. p.mu is held.
+func (p *Pipeline[T]) settleLocked(it *pitem[T], now int64) {
 	if len(p.settling) == 0 {
-		p.settleSince = monoNow()
+		p.settleSince = now
 	}
 	p.settling = append(p.settling, it)
-	p.kickLocked()
+	p.kickAtLocked(now)
 }
 
-// settle settles a batch of handled messages (see settle), then answers each, or
+// settle settles buf.batch, handled messages (see settle), then answers each, or
 // queues its settlement to be sent again after a pause.
-func (p *Pipeline[T]) settle(ctx context.Context, batch []*pitem[T]) {
-	as := make([]*attempt[T], len(batch))
+func (p *Pipeline[T]) settle(ctx context.Context, buf *callBuf[T]) {
+	defer p.putBuf(buf)
+	batch := buf.batch
+	as := sized(buf.as, len(batch))
+	buf.as = as
 	for n, it := range batch {
-		it.decide(it.hctx.Context, &p.engine)
 		as[n] = &it.attempt
 	}
+	decideAll(&p.engine, as, nil, true)
 	settle(ctx, &p.engine, as)
 	settled := batch[:0] // batch is this call's own
 	for _, it := range batch {
@@ -327,7 +378,7 @@ func (p *Pipeline[T]) again(it *pitem[T]) {
 	time.AfterFunc(resendPause(it.tries), func() {
 		defer p.loops.Done()
 		p.mu.Lock()
-		p.settleLocked(it)
+		p.settleLocked(it, monoNow())
 		p.mu.Unlock()
 	})
 }

@@ -12,10 +12,13 @@ type scratch struct {
 	pending []int
 	seen    map[Key]int
 	claims  []Claim
+	reps    []ClaimReply // the claims' answers, from a store that implements StoreInto
+	run     []int
 	idx     []int
+	leases  []*lease // a pass's keeper's (nil each)
 	// attempts is the last pass's []attempt[T], for the next pass of the same T
-	// (zeroed; their handler contexts are not in it).
-	attempts any
+	// (zeroed; their handler contexts are not in it), and all its []*attempt[T].
+	attempts, all any
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
@@ -24,10 +27,11 @@ func getScratch() *scratch { return scratchPool.Get().(*scratch) }
 
 // put gives sc back for another batch, unless a huge batch made it too big to keep.
 func (sc *scratch) put() {
-	if cap(sc.claims) > 4096 {
+	if cap(sc.claims) > 4096 || cap(sc.reps) > 4096 {
 		return
 	}
 	clear(sc.claims[:cap(sc.claims)]) // drop references to keys
+	clear(sc.reps[:cap(sc.reps)])     // and to records' keys and results
 	clear(sc.seen)
 	scratchPool.Put(sc)
 }

@@ -87,28 +87,43 @@ func notRunError(why error) error {
 	return fmt.Errorf("%w: %w", ErrNotRun, why)
 }
 
-// decide fixes, once, what settling a comes to (see verdictOf), and fills its
-// settlement or its result accordingly. caller is the context a was claimed under.
-// Later settlements of a (resends) keep that decision: whatever happens after the
-// handler returned, its own error still counts.
-func (a *attempt[T]) decide(caller context.Context, e *engine) {
-	if a.verdict != 0 {
-		return
+// decideAll fixes, once per attempt, what settling each of as comes to (see
+// verdictOf), and fills its settlement or its result accordingly. cancelled is
+// the cause of the context they were claimed under (nil while it is live), unless
+// each is set: each was claimed under its own handler's context's parent, which
+// then tells (a Pipeline's messages: see Submit). Their leases are read under one
+// lock. Later settlements of an attempt (resends) keep its decision: whatever
+// happens after the handler returned, its own error still counts.
+func decideAll[T any](e *engine, as []*attempt[T], cancelled error, each bool) {
+	stopped := e.stoppedBy()
+	now := monoNow()
+	e.keep.mu.Lock()
+	for _, a := range as {
+		if a.verdict == 0 {
+			a.lost, a.st.Late = a.lease.lost, !e.keep.liveLocked(&a.lease, now)
+		}
 	}
-	f := ending{started: a.started, herr: a.herr, recorded: a.hctx.completed.Load(),
-		stopped: e.stoppedBy(), cancelled: context.Cause(caller), own: context.Cause(a.hctx.Context)}
-	lost, live := e.keep.state(&a.lease)
-	if lost != nil {
-		f.lost = lost
-	}
-	v, err := verdictOf(f)
-	a.verdict = v
-	switch v {
-	case verdictRelease:
-		a.res.Outcome, a.res.Err = Error, err
-	case verdictSend:
-		a.st.Late = !live
-		a.res.ResultDropped = fillSettlement(e.s, &a.st, a.value, a.herr)
+	e.keep.mu.Unlock()
+	for _, a := range as {
+		if a.verdict != 0 {
+			continue
+		}
+		f := ending{started: a.started, herr: a.herr, recorded: a.hctx.completed.Load(),
+			stopped: stopped, cancelled: cancelled, own: context.Cause(a.hctx.plain())}
+		if each {
+			f.cancelled = f.own
+		}
+		if a.lost != nil {
+			f.lost = a.lost
+		}
+		v, err := verdictOf(f)
+		a.verdict = v
+		switch v {
+		case verdictRelease:
+			a.res.Outcome, a.res.Err = Error, err
+		case verdictSend:
+			a.res.ResultDropped = fillSettlement(e.s, &a.st, a.value, a.herr)
+		}
 	}
 }
 
@@ -199,21 +214,30 @@ func sendSettlements[T any](ctx context.Context, e *engine, as []*attempt[T]) {
 			}
 		}
 	}()
-	buf := settlementBufs.Get().(*[]Settlement)
-	sts := (*buf)[:0]
+	buf := settlementBufs.Get().(*settleBuf)
+	if cap(buf.sts) < len(as) {
+		buf.sts = make([]Settlement, 0, len(as))
+	}
+	sts := buf.sts[:0]
 	for _, a := range as {
 		sts = append(sts, a.st)
 		a.tries++
 	}
-	reps := settleOnce(ctx, e, sts)
-	if cap(sts) <= 4096 { // stores keep nothing they are given: the buffer serves the next call
-		clear(sts)
-		*buf = sts[:0]
-		settlementBufs.Put(buf)
+	if _, ok := e.store.(StoreInto); ok && cap(buf.reps) < len(sts) {
+		buf.reps = make([]SettleReply, len(sts))
 	}
+	reps := settleOnce(ctx, e, sts, buf.reps)
+	defer func() {
+		// Stores keep nothing they are given: the buffer serves the next call.
+		if cap(buf.sts) <= 4096 {
+			clear(sts)
+			clear(buf.reps[:cap(buf.reps)])
+			settlementBufs.Put(buf)
+		}
+	}()
 	// Which to send again, and the others no longer kept, under one lock.
 	e.keep.mu.Lock()
-	now := mono(time.Now())
+	now := monoNow()
 	for n, a := range as {
 		if a.resend = resendable(reps[n].Err, e.keep.liveLocked(&a.lease, now), a.tries, e.s.Lease); !a.resend {
 			e.keep.finishLocked(&a.lease)
@@ -237,14 +261,28 @@ func sendSettlements[T any](ctx context.Context, e *engine, as []*attempt[T]) {
 	}
 }
 
-// settlementBufs hold the settlements of one Settle call.
-var settlementBufs = sync.Pool{New: func() any { return new([]Settlement) }}
+// settlementBufs hold the settlements of one Settle call and, from a store that
+// implements StoreInto, their answers.
+var settlementBufs = sync.Pool{New: func() any { return new(settleBuf) }}
 
-// settleOnce is one bounded Settle call, answering every item.
-func settleOnce(ctx context.Context, e *engine, sts []Settlement) []SettleReply {
+type settleBuf struct {
+	sts  []Settlement
+	reps []SettleReply
+}
+
+// settleOnce is one bounded Settle call, answering every item. A store that
+// implements StoreInto answers into out when out has room for every item.
+func settleOnce(ctx context.Context, e *engine, sts []Settlement, out []SettleReply) []SettleReply {
 	began := time.Now()
 	cctx, cancel := context.WithTimeout(ctx, e.s.CallTimeout)
-	reps := e.store.Settle(cctx, sts)
+	var reps []SettleReply
+	if si, ok := e.store.(StoreInto); ok && len(sts) > 0 && len(sts) <= cap(out) {
+		reps = out[:len(sts)]
+		clear(reps)
+		si.SettleInto(cctx, sts, reps)
+	} else {
+		reps = e.store.Settle(cctx, sts)
+	}
 	cancel()
 	if e.s.watchSettles() {
 		reportSettle(e.s, len(sts), time.Since(began))

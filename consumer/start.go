@@ -25,7 +25,7 @@ import (
 // not be reached (a *StoreError), or the claim is no longer the caller's.
 func markStart(ctx context.Context, store Store, s Settings, c Claim, fence int64) error {
 	c.Start = true
-	rep := beginBounded(ctx, store, s.CallTimeout, []Claim{c})[0]
+	rep := beginBounded(ctx, store, s.CallTimeout, []Claim{c}, nil)[0]
 	switch {
 	case rep.Err != nil:
 		return rep.Err
@@ -45,11 +45,11 @@ func markStart(ctx context.Context, store Store, s Settings, c Claim, fence int6
 // claim's Lease is the lease it had left when the second call ran, stated from
 // the first call's send time (the one the engine keeps leases from). A claim
 // answered later than its lease less the margin could not be used, which bounds
-// each call.
-func claimAll(ctx context.Context, store Store, s Settings, claims []Claim) (reps []ClaimReply, resent []bool) {
+// each call. The answers go to out when it has room for them (see beginBounded).
+func claimAll(ctx context.Context, store Store, s Settings, claims []Claim, out []ClaimReply) (reps []ClaimReply, resent []bool) {
 	bound := min(s.CallTimeout, s.Lease-LeaseMargin(s.Lease))
 	first := time.Now()
-	reps = beginBounded(ctx, store, bound, claims)
+	reps = beginBounded(ctx, store, bound, claims, out)
 	var again []int
 	for i := range reps {
 		if errors.Is(reps[i].Err, ErrStoreUnavailable) && mayHaveApplied(reps[i].Err) {
@@ -65,7 +65,7 @@ func claimAll(ctx context.Context, store Store, s Settings, claims []Claim) (rep
 	}
 	second := time.Now()
 	resent = make([]bool, len(claims))
-	for j, rep := range beginBounded(ctx, store, bound, retry) {
+	for j, rep := range beginBounded(ctx, store, bound, retry, nil) {
 		if rep.Err == nil {
 			if rep.Claimed() {
 				// The record's lease runs from a call that ran after second was sent.
@@ -98,10 +98,19 @@ func mayHaveApplied(err error) bool {
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
-// beginBounded is one Begin call bounded by bound, answering every claim.
-func beginBounded(ctx context.Context, store Store, bound time.Duration, claims []Claim) []ClaimReply {
+// beginBounded is one Begin call bounded by bound, answering every claim. A store
+// that implements StoreInto answers into out when out has room for every claim
+// (its elements are zeroed first); otherwise the store's own slice is returned.
+func beginBounded(ctx context.Context, store Store, bound time.Duration, claims []Claim, out []ClaimReply) []ClaimReply {
 	bctx, cancel := context.WithTimeout(ctx, bound)
-	reps := store.Begin(bctx, claims)
+	var reps []ClaimReply
+	if si, ok := store.(StoreInto); ok && len(claims) > 0 && len(claims) <= cap(out) {
+		reps = out[:len(claims)]
+		clear(reps)
+		si.BeginInto(bctx, claims, reps)
+	} else {
+		reps = store.Begin(bctx, claims)
+	}
 	cancel()
 	for len(reps) < len(claims) {
 		reps = append(reps, ClaimReply{Err: &StoreError{Op: "begin", Err: errors.New("the store answered fewer claims than it was sent")}})

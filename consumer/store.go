@@ -35,6 +35,23 @@ type Store interface {
 	Peek(ctx context.Context, key Key) (Record, error)
 }
 
+// StoreInto is an optional interface of a Store: Begin and Settle answering into
+// slices the caller gives, so that a caller that makes many calls reuses its
+// slices instead of taking a new one per call. The engines (ExecuteBatch, the
+// Pipeline) use it when a store has it; store/redis does.
+//
+// BeginInto answers claims as Begin does, claim i in out[i]; SettleInto answers
+// items as Settle does, item i in out[i]. out has one element per item, each
+// zero. Like the items, out is not kept once the call has returned.
+//
+// A store wrapper that embeds a store with these methods and changes what Begin
+// or Settle do must change these two alike (or not embed them): the engines call
+// them in place of Begin and Settle.
+type StoreInto interface {
+	BeginInto(ctx context.Context, claims []Claim, out []ClaimReply)
+	SettleInto(ctx context.Context, items []Settlement, out []SettleReply)
+}
+
 // Claim asks to begin an attempt on Key.
 type Claim struct {
 	Key         Key

@@ -105,10 +105,23 @@ func (r *Store) Begin(ctx context.Context, claims []consumer.Claim) []consumer.C
 	if r == nil {
 		return nilStore[consumer.ClaimReply](len(claims), func(err error) consumer.ClaimReply { return consumer.ClaimReply{Err: err} })
 	}
-	b := &beginBatch{claims: claims, out: make([]consumer.ClaimReply, len(claims))}
-	for i, ref := range r.recordKeys(len(claims), func(i int) consumer.Key { return claims[i].Key }) {
-		b.out[i].Ref = ref
+	out := make([]consumer.ClaimReply, len(claims))
+	r.BeginInto(ctx, claims, out)
+	return out
+}
+
+// BeginInto is Begin answering claim i in out[i] (consumer.StoreInto), for callers
+// that reuse out. out must hold exactly one zero element per claim; otherwise
+// nothing is claimed and every element of out gets ErrInvalidConfig.
+func (r *Store) BeginInto(ctx context.Context, claims []consumer.Claim, out []consumer.ClaimReply) {
+	if err := intoCheck(r, len(claims), len(out)); err != nil {
+		for i := range out {
+			out[i] = consumer.ClaimReply{Err: err}
+		}
+		return
 	}
+	b := &beginBatch{claims: claims, out: out}
+	r.recordKeys(len(claims), func(i int) consumer.Key { return claims[i].Key }, func(i int, ref string) { b.out[i].Ref = ref })
 	ctx, cancel := r.bound(ctx)
 	defer cancel()
 	r.runner.Begin(ctx, lua.BeginArgs{Lease: r.s.Lease, Retention: r.s.Retention, MaxAttempts: r.s.MaxAttempts,
@@ -116,7 +129,20 @@ func (r *Store) Begin(ctx context.Context, claims []consumer.Claim) []consumer.C
 	if r.acks.n > 0 {
 		r.claimAcks(ctx, b)
 	}
-	return b.out
+}
+
+var _ consumer.StoreInto = (*Store)(nil)
+
+// intoCheck is the error of a BeginInto or SettleInto call on r with n items and
+// an out of length outs, or nil.
+func intoCheck(r *Store, n, outs int) error {
+	switch {
+	case r == nil:
+		return errNilStore
+	case outs != n:
+		return configError("an out of length %d for %d items: pass an out of the items' length", outs, n)
+	}
+	return nil
 }
 
 // beginBatch is a Begin call's claims as the lua runner reads them.
@@ -138,15 +164,16 @@ func (b *beginBatch) Item(i int) lua.BeginItem {
 
 func (b *beginBatch) Answer(i int, rep lua.BeginReply) { claimReply(&b.out[i], b.claims[i].Key, &rep) }
 
-// recordKeys are the record keys of n keys, made in one allocation.
-func (r *Store) recordKeys(n int, key func(i int) consumer.Key) []string {
+// recordKeys makes the record keys of the n keys key(i) in one allocation, and
+// gives record key i to set(i, ref).
+func (r *Store) recordKeys(n int, key func(i int) consumer.Key, set func(i int, ref string)) {
+	fixed := len(r.s.Prefix) + len(r.s.Scope) + 4 // <prefix>:{<scope>:<key>}
 	size := 0
 	for i := 0; i < n; i++ {
-		size += len(r.s.Prefix) + len(r.s.Scope) + len(key(i)) + 4
+		size += fixed + len(key(i))
 	}
 	var sb strings.Builder
 	sb.Grow(size)
-	ends := make([]int, n)
 	for i := 0; i < n; i++ {
 		sb.WriteString(r.s.Prefix)
 		sb.WriteString(":{")
@@ -154,15 +181,14 @@ func (r *Store) recordKeys(n int, key func(i int) consumer.Key) []string {
 		sb.WriteByte(':')
 		sb.WriteString(string(key(i)))
 		sb.WriteByte('}')
-		ends[i] = sb.Len()
 	}
 	all := sb.String()
-	out := make([]string, n)
 	start := 0
-	for i, end := range ends {
-		out[i], start = all[start:end], end
+	for i := 0; i < n; i++ {
+		end := start + fixed + len(key(i))
+		set(i, all[start:end])
+		start = end
 	}
-	return out
 }
 
 // claimReply fills c (whose Ref is set) from the script's answer.
@@ -209,10 +235,26 @@ func (r *Store) Settle(ctx context.Context, items []consumer.Settlement) []consu
 	if r == nil {
 		return nilStore[consumer.SettleReply](len(items), func(err error) consumer.SettleReply { return consumer.SettleReply{Err: err} })
 	}
-	b := &settleBatch{items: items, out: make([]consumer.SettleReply, len(items))}
+	out := make([]consumer.SettleReply, len(items))
+	r.SettleInto(ctx, items, out)
+	return out
+}
+
+// SettleInto is Settle answering item i in out[i] (consumer.StoreInto), for
+// callers that reuse out. out must hold exactly one zero element per item;
+// otherwise nothing is settled and every element of out gets ErrInvalidConfig.
+func (r *Store) SettleInto(ctx context.Context, items []consumer.Settlement, out []consumer.SettleReply) {
+	if err := intoCheck(r, len(items), len(out)); err != nil {
+		for i := range out {
+			out[i] = consumer.SettleReply{Err: err}
+		}
+		return
+	}
+	b := &settleBatch{items: items, out: out}
 	for i := range items {
 		if items[i].Ref == "" { // the caller did not pass the claims' refs back: work them out once
-			b.refs = r.recordKeys(len(items), func(i int) consumer.Key { return items[i].Key })
+			b.refs = make([]string, len(items))
+			r.recordKeys(len(items), func(i int) consumer.Key { return items[i].Key }, func(i int, ref string) { b.refs[i] = ref })
 			break
 		}
 	}
@@ -222,7 +264,6 @@ func (r *Store) Settle(ctx context.Context, items []consumer.Settlement) []consu
 	if r.acks.n > 0 {
 		r.settleAcks(ctx, b)
 	}
-	return b.out
 }
 
 // settleBatch is a Settle call's items as the lua runner reads them.
