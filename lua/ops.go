@@ -414,6 +414,12 @@ func (r *Runner) acks(ctx context.Context, calls []call, members [][]int, answer
 func (r *Runner) answerAcks(calls []call, members [][]int, reps []reply, answer func(int, AckReply)) {
 	for ci, rep := range reps {
 		g := members[ci]
+		if v, ok := rep.val.(int64); ok && v == 0 && rep.err == nil && calls[ci].script == CompleteScript {
+			for _, i := range g { // the complete script's answer when every record is OK
+				answer(i, AckReply{Ack: AckOK})
+			}
+			continue
+		}
 		rows, err := rowsOf(rep, len(g))
 		for j, i := range g {
 			if err != nil {
