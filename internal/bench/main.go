@@ -134,7 +134,7 @@ func run(n, bn, b, reps, records int) error {
 
 // repetition runs every lane once, interleaved in slices, and prints its table.
 func (r *rig) repetition(rep, n, bn int) error {
-	const slices = 10
+	const slices = 20 // short slices: every lane meets the machine's load alike
 	b := r.b
 	lanes := struct{ floor, seed, raw, single, batch, two, pipe, slowBatch, slowPipe benchkit.Lane }{
 		benchkit.Lane{Name: fmt.Sprintf("floor: 2 SET per message, B=%d", b)},
