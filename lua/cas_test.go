@@ -251,3 +251,57 @@ func TestFirstSettleAsks(t *testing.T) {
 		t.Fatalf("the second completion sent %v, want %v", sends, want)
 	}
 }
+
+// The complete script answers a batch whose records are all OK with one 0, and
+// any other batch with one code per record, in order: the records before the
+// first that is not OK are answered OK too.
+func TestCompleteScriptAnswersEachRecord(t *testing.T) {
+	e := newCASEnv(t)
+	lua.ForceCAS(e.r, false)
+	c := e.srv.Client(t)
+	fp := [16]byte{7}
+	fresh := func(key string) lua.SettleItem { return e.claim(key, "o1", &fp) }
+	takenOver := func(key string) lua.SettleItem {
+		it := e.claim(key, "o1", &fp)
+		if err := c.PExpire(e.ctx, key, time.Hour-time.Second).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if rep := begin(e.ctx, e.r, e.args, lua.BeginItem{Key: key, Owner: "o2", Fingerprint: &fp})[0]; rep.Code != lua.TakenOver {
+			t.Fatalf("takeover: %+v", rep)
+		}
+		return it
+	}
+	list := func(key string) lua.SettleItem {
+		if err := c.RPush(e.ctx, key, "a").Err(); err != nil {
+			t.Fatal(err)
+		}
+		return lua.SettleItem{Key: key, Owner: "o1", Fence: 1, Attempts: 1, Created: e.args.Now, Complete: true}
+	}
+	for _, tc := range []struct {
+		name  string
+		setup []func(string) lua.SettleItem
+		want  []lua.Ack
+	}{
+		{"all OK", []func(string) lua.SettleItem{fresh, fresh, fresh}, []lua.Ack{lua.AckOK, lua.AckOK, lua.AckOK}},
+		{"mixed", []func(string) lua.SettleItem{fresh, fresh, takenOver, fresh, list, fresh},
+			[]lua.Ack{lua.AckOK, lua.AckOK, lua.AckLeaseLost, lua.AckOK, lua.AckCorrupt, lua.AckOK}},
+		{"first lost", []func(string) lua.SettleItem{takenOver, fresh}, []lua.Ack{lua.AckLeaseLost, lua.AckOK}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			items := make([]lua.SettleItem, len(tc.setup))
+			for i, f := range tc.setup {
+				items[i] = f("t:{answers " + tc.name + "}:" + string(rune('a'+i)))
+			}
+			e.hook.take()
+			got := settle(e.ctx, e.r, e.sargs, items)
+			if sends := e.hook.take(); !slices.Equal(sends, []string{"evalsha"}) {
+				t.Fatalf("sent %v, want one evalsha", sends)
+			}
+			for i, a := range got {
+				if a.Err != nil || a.Ack != tc.want[i] {
+					t.Fatalf("record %d answered %+v, want %d (all: %+v)", i, a, tc.want[i], got)
+				}
+			}
+		})
+	}
+}

@@ -30,11 +30,27 @@
 -- (OOM) before anything changed, and the call answers that error whole. WRONGTYPE
 -- (the key holds another type: SET ... GET changed nothing) is CORRUPT.
 --
--- Returns one code per key: 1 OK, 2 LEASE_LOST, 8 CORRUPT.
+-- Returns 0 when every key is OK (the common case: no table to build, send or
+-- read), else one code per key: 1 OK, 2 LEASE_LOST, 8 CORRUPT.
 local blob = ARGV[1]
-local out = {}
+local keys = KEYS
+local out -- the codes, made at the first key that is not OK
 local pos = 1
-local byte, sub = string.byte, string.sub
+local byte, sub, rpcall = string.byte, string.sub, redis.pcall
+
+-- code records key i's code, once some key's is not OK.
+local function code(i, c)
+  if not out then
+    if c == 1 then
+      return
+    end
+    out = {}
+    for j = 1, i - 1 do
+      out[j] = 1
+    end
+  end
+  out[i] = c
+end
 
 -- own is val written over r, the caller's own started record old: the claim's
 -- fence, attempts, created time and fingerprint are taken from old (for a caller
@@ -47,7 +63,8 @@ local function own(val, old, r)
   return string.char(byte(val, 1), flags + kept_flags(r)) .. sub(old, 3, 12) .. sub(val, 13, 16) .. kept(r) .. tail
 end
 
-for i, key in ipairs(KEYS) do
+for i = 1, #keys do
+  local key = keys[i]
   local flag, match, at, elen = byte(blob, pos, pos + 3)
   local exp = sub(blob, pos + 4, pos + 3 + elen) -- the started record, or the owner's length byte and owner
   local p = pos + 4 + elen
@@ -55,17 +72,19 @@ for i, key in ipairs(KEYS) do
   local vlen = ((a * 256 + b) * 256 + c) * 256 + d
   local val = sub(blob, p + 8, p + 7 + vlen)
   pos = p + 8 + vlen
-  local old = redis.pcall('SET', key, val, 'KEEPTTL', 'GET')
+  local old = rpcall('SET', key, val, 'KEEPTTL', 'GET')
   if match == 61 and old == exp then
     -- the started record the caller's claim wrote, unchanged ('='): written as it is
     if flag == 108 then -- 'l'
       redis.call('PEXPIRE', key, parse(old).ret)
     end
-    out[i] = 1
+    if out then
+      out[i] = 1
+    end
   elseif refused(old) then
     return old
   elseif type(old) == 'table' then
-    out[i] = 8 -- WRONGTYPE: SET refused and changed nothing
+    code(i, 8) -- WRONGTYPE: SET refused and changed nothing
   else
     local owned = exp
     if match == 61 then -- '=': the owner's length byte and the owner, from the started record
@@ -76,7 +95,7 @@ for i, key in ipairs(KEYS) do
       if flag == 108 then -- 'l'
         redis.call('PEXPIRE', key, parse(old).ret)
       end
-      out[i] = 1
+      code(i, 1)
     else
       local r = parse(old)
       if r and r.state == 1 and r.owner == sub(owned, 2) then
@@ -86,7 +105,7 @@ for i, key in ipairs(KEYS) do
         if flag == 108 then
           redis.call('PEXPIRE', key, r.ret)
         end
-        out[i] = 1
+        code(i, 1)
       else
         if old then
           redis.call('SET', key, old, 'KEEPTTL')
@@ -94,14 +113,14 @@ for i, key in ipairs(KEYS) do
           redis.call('DEL', key)
         end
         if r and r.state == 2 and r.fence == u32(blob, p) then
-          out[i] = 1
+          code(i, 1)
         elseif old and not r then
-          out[i] = 8
+          code(i, 8)
         else
-          out[i] = 2
+          code(i, 2)
         end
       end
     end
   end
 end
-return out
+return out or 0

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -194,21 +195,24 @@ func (r *Runner) claimFresh(ctx context.Context, a BeginArgs, b BeginBatch, idx 
 	}
 	var sb strings.Builder
 	sb.Grow(size)
-	ends := make([]int, n)
-	var rec []byte
+	buf := claimBufs.Get().(*claimBuf)
+	buf.grow(n)
+	ends := buf.ends[:n]
+	rec := buf.rec[:0]
 	for j := 0; j < n; j++ {
 		it := b.Item(item(j))
 		rec = AppendStarted(rec[:0], it.Owner, it.Fingerprint, it.Locked, it.Start, a.Retention, a.Now)
 		sb.Write(rec)
 		ends[j] = sb.Len()
 	}
+	buf.rec = rec
 	records := sb.String()
 	var ttl any = (a.Lease + a.Retention).Milliseconds() // boxed once for every command
-	args := make([]any, 6*n)
+	args := buf.args[:6*n]
 	// The keys and records, passed by pointer: go-redis takes *string, and a
 	// pointer goes into an interface without an allocation of its own.
-	strs := make([]string, 2*n)
-	cmds := make([]*redis.Cmd, n)
+	strs := buf.strs[:2*n]
+	cmds := buf.cmds[:n]
 	start := 0
 	for i := 0; i < n; i++ {
 		strs[2*i], strs[2*i+1] = b.Item(item(i)).Key, records[start:ends[i]]
@@ -231,11 +235,13 @@ func (r *Runner) claimFresh(ctx context.Context, a BeginArgs, b BeginBatch, idx 
 		return struct{}{}
 	}
 	if _, err := within(r, ctx, send); err != nil {
+		// The commands may still be on their way: their storage is not reused.
 		for j := 0; j < n; j++ {
 			b.Answer(item(j), BeginReply{Err: err})
 		}
 		return nil
 	}
+	defer buf.put()
 	fresh := BeginReply{Code: Acquired, Fence: 1, Attempts: 1, Millis: a.Lease.Milliseconds(), Created: a.Now}
 	for j, c := range cmds {
 		i := item(j)
@@ -253,6 +259,40 @@ func (r *Runner) claimFresh(ctx context.Context, a BeginArgs, b BeginBatch, idx 
 		}
 	}
 	return existing
+}
+
+// claimBuf is the reusable storage of one claimFresh call: go-redis holds a
+// command's arguments until its reply is read, so it goes back to claimBufs once
+// the pipeline's replies are in, never while commands may be on their way.
+type claimBuf struct {
+	rec  []byte
+	ends []int
+	args []any
+	strs []string
+	cmds []*redis.Cmd
+}
+
+var claimBufs = sync.Pool{New: func() any { return new(claimBuf) }}
+
+// grow makes room for n commands.
+func (b *claimBuf) grow(n int) {
+	if cap(b.ends) < n {
+		b.ends = make([]int, n)
+		b.args = make([]any, 6*n)
+		b.strs = make([]string, 2*n)
+		b.cmds = make([]*redis.Cmd, n)
+	}
+}
+
+// put clears what b refers to and gives it back, unless it is too large to keep.
+func (b *claimBuf) put() {
+	if cap(b.ends) > maxRecordsPerCall*8 {
+		return
+	}
+	clear(b.args[:cap(b.args)])
+	clear(b.strs[:cap(b.strs)])
+	clear(b.cmds[:cap(b.cmds)])
+	claimBufs.Put(b)
 }
 
 // parseBegin reads the begin script's flat reply: one row per key, whose length
@@ -374,6 +414,12 @@ func (r *Runner) acks(ctx context.Context, calls []call, members [][]int, answer
 func (r *Runner) answerAcks(calls []call, members [][]int, reps []reply, answer func(int, AckReply)) {
 	for ci, rep := range reps {
 		g := members[ci]
+		if v, ok := rep.val.(int64); ok && v == 0 && rep.err == nil && calls[ci].script == CompleteScript {
+			for _, i := range g { // the complete script's answer when every record is OK
+				answer(i, AckReply{Ack: AckOK})
+			}
+			continue
+		}
 		rows, err := rowsOf(rep, len(g))
 		for j, i := range g {
 			if err != nil {

@@ -117,6 +117,84 @@ type call struct {
 	script *Script
 	keys   []string
 	args   []any
+	// buf, when set, holds keys' and args' storage, taken from callBufs: it goes
+	// back once the call's reply has been read (see release).
+	buf *callBuf
+}
+
+// callBuf is the reusable storage of one script call: its packed argument, its
+// keys, and the EVALSHA command's arguments. A call's buffers go back to
+// callBufs only when its round trip ended with the replies read: go-redis no
+// longer holds its arguments then. A call given up at the caller's bound may
+// still be on its way (within), so its buffers are left to the collector.
+type callBuf struct {
+	blob []byte
+	keys []string
+	cmd  []any
+}
+
+var callBufs = sync.Pool{New: func() any { return new(callBuf) }}
+
+// newCallBuf is a callBuf with room for n keys and a blob of size bytes.
+func newCallBuf(n, size int) *callBuf {
+	b := callBufs.Get().(*callBuf)
+	if cap(b.blob) < size {
+		b.blob = make([]byte, 0, size)
+	}
+	if cap(b.keys) < n {
+		b.keys = make([]string, n)
+	}
+	b.blob, b.keys = b.blob[:0], b.keys[:n]
+	return b
+}
+
+// maxPooled bounds the buffers kept for reuse, so that one enormous batch does
+// not pin its memory.
+const maxPooled = 1 << 20
+
+// release gives back the buffers of calls whose round trip ended (bound nil).
+func release(calls []call, bound error) {
+	if bound != nil {
+		return
+	}
+	for i := range calls {
+		b := calls[i].buf
+		if b == nil {
+			continue
+		}
+		calls[i].buf = nil
+		if cap(b.blob) > maxPooled {
+			continue
+		}
+		clear(b.keys[:cap(b.keys)])
+		clear(b.cmd[:cap(b.cmd)])
+		callBufs.Put(b)
+	}
+}
+
+// evalCmd is the EVALSHA (or, with the source, EVAL) command of c. The keys go
+// by pointer: a pointer takes no allocation of its own to become an argument.
+func evalCmd(ctx context.Context, name, payload string, c *call) *redis.Cmd {
+	n := 3 + len(c.keys) + len(c.args)
+	var args []any
+	if c.buf != nil {
+		if cap(c.buf.cmd) < n {
+			c.buf.cmd = make([]any, n)
+		}
+		args = c.buf.cmd[:n]
+	} else {
+		args = make([]any, n)
+	}
+	args[0], args[1], args[2] = name, payload, len(c.keys)
+	for i := range c.keys {
+		args[3+i] = &c.keys[i]
+	}
+	copy(args[3+len(c.keys):], c.args)
+	cmd := redis.NewCmd(ctx, args...)
+	if len(c.keys) > 0 {
+		cmd.SetFirstKeyPos(3)
+	}
+	return cmd
 }
 
 type reply struct {
@@ -225,10 +303,14 @@ func (r *Runner) run(ctx context.Context, calls []call, extra []redis.Cmder) []r
 	case len(calls) == 0 && len(extra) == 0:
 		return out
 	case len(calls) == 1 && len(extra) == 0:
-		c := calls[0]
-		v, err := r.c.EvalSha(ctx, c.script.Hash(), c.keys, c.args...).Result()
+		c := &calls[0]
+		cmd := evalCmd(ctx, "evalsha", c.script.Hash(), c)
+		_ = r.c.Process(ctx, cmd)
+		v, err := cmd.Result()
 		if isNoScript(err) {
-			v, err = r.c.Eval(ctx, c.script.src, c.keys, c.args...).Result()
+			cmd = evalCmd(ctx, "eval", c.script.src, c)
+			_ = r.c.Process(ctx, cmd)
+			v, err = cmd.Result()
 		}
 		out[0] = reply{v, err}
 		return out
@@ -249,12 +331,13 @@ func (r *Runner) run(ctx context.Context, calls []call, extra []redis.Cmder) []r
 		}
 		cmds := make([]*redis.Cmd, len(pending))
 		for j, i := range pending {
-			c := calls[i]
+			c := &calls[i]
 			if round == 0 {
-				cmds[j] = pipe.EvalSha(ctx, c.script.Hash(), c.keys, c.args...)
+				cmds[j] = evalCmd(ctx, "evalsha", c.script.Hash(), c)
 			} else { // with the source: a SCRIPT FLUSH in between cannot refuse it
-				cmds[j] = pipe.Eval(ctx, c.script.src, c.keys, c.args...)
+				cmds[j] = evalCmd(ctx, "eval", c.script.src, c)
 			}
+			_ = pipe.Process(ctx, cmds[j])
 		}
 		_, _ = pipe.Exec(ctx) // every command carries its own error
 		var again []int

@@ -85,6 +85,9 @@ func (r *Runner) Settle(ctx context.Context, a SettleArgs, b SettleBatch) {
 			case it.Complete && useCAS && exactLen(a, &it) > 0:
 				native = append(native, i)
 			case it.Complete:
+				if done == nil {
+					done = make([]int, 0, len(g))
+				}
 				done = append(done, i)
 				doneSize += completeLen(a, &it)
 			default:
@@ -100,7 +103,9 @@ func (r *Runner) Settle(ctx context.Context, a SettleArgs, b SettleBatch) {
 		}
 	}
 	if len(native) == 0 && !ask {
-		r.answerAcks(calls, members, r.exec(ctx, calls), b.Answer)
+		reps, bound := r.execWith(ctx, calls, nil)
+		r.answerAcks(calls, members, reps, b.Answer)
+		release(calls, bound)
 		return
 	}
 	cmds := casCommands(ctx, a, b, native)
@@ -119,6 +124,7 @@ func (r *Runner) Settle(ctx context.Context, a SettleArgs, b SettleBatch) {
 		}
 	}
 	r.answerAcks(calls, members, reps, b.Answer)
+	release(calls, bound)
 	again := r.casAnswers(b, native, cmds, bound)
 	if len(again) == 0 {
 		return
@@ -133,7 +139,9 @@ func (r *Runner) Settle(ctx context.Context, a SettleArgs, b SettleBatch) {
 		}
 		calls, members = append(calls, completeCall(a, b, g, size)), append(members, g)
 	}
-	r.answerAcks(calls, members, r.exec(ctx, calls), b.Answer)
+	reps, bound = r.execWith(ctx, calls, nil)
+	r.answerAcks(calls, members, reps, b.Answer)
+	release(calls, bound)
 }
 
 // exactLen is the length of the started record that it's claim wrote, when the
@@ -156,8 +164,8 @@ func completeLen(a SettleArgs, it *SettleItem) int {
 }
 
 func completeCall(a SettleArgs, b SettleBatch, idx []int, size int) call {
-	blob := make([]byte, 0, size)
-	keys := make([]string, len(idx))
+	buf := newCallBuf(len(idx), size)
+	blob, keys := buf.blob, buf.keys
 	for j, i := range idx {
 		it := b.Item(i)
 		keys[j] = it.Key
@@ -185,7 +193,8 @@ func completeCall(a SettleArgs, b SettleBatch, idx []int, size int) call {
 		blob = AppendCompleted(blob, it.Fence, it.Attempts, it.Fingerprint, it.Created, a.Now, it.Result, it.Dropped)
 		binary.BigEndian.PutUint32(blob[vat:], uint32(len(blob)-vat-4))
 	}
-	return call{script: CompleteScript, keys: keys, args: []any{blob}}
+	buf.blob = blob
+	return call{script: CompleteScript, keys: keys, args: []any{blob}, buf: buf}
 }
 
 func failCall(a SettleArgs, b SettleBatch, idx []int, size int) call {

@@ -23,9 +23,15 @@
 // CPU is read from /proc/<pid>/stat of this process (Go) and of redis-server (when
 // it runs on this machine: the private one this program starts unless
 // IDEMKIT_REDIS_ADDR names another); allocations from the Go runtime; commands are
-// counted on the client. Lanes run interleaved in slices, and the whole is repeated
-// (-reps), because this machine's speed varies. Then it measures Redis memory per
-// completed record, beside a plain key of the same name length.
+// counted on the client. /proc/<pid>/stat counts in 10 ms ticks, so redis-server's
+// CPU is also read from the scheduler's own count in nanoseconds
+// (/proc/<pid>/task/*/schedstat), and its INFO commandstats give each command's
+// time. Lanes run interleaved in slices, each slice in another order, and the
+// whole is repeated (-reps), because this machine's speed varies; each lane's keys
+// are deleted (unmeasured) once its slice is measured, so that every lane finds
+// the same keyspace rather than one paying the rehash of a table the others
+// filled. Then it measures Redis memory per completed record, beside a plain key
+// of the same name length.
 package main
 
 import (
@@ -33,6 +39,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -127,7 +134,7 @@ func run(n, bn, b, reps, records int) error {
 
 // repetition runs every lane once, interleaved in slices, and prints its table.
 func (r *rig) repetition(rep, n, bn int) error {
-	const slices = 10
+	const slices = 20 // short slices: every lane meets the machine's load alike
 	b := r.b
 	lanes := struct{ floor, seed, raw, single, batch, two, pipe, slowBatch, slowPipe benchkit.Lane }{
 		benchkit.Lane{Name: fmt.Sprintf("floor: 2 SET per message, B=%d", b)},
@@ -141,33 +148,54 @@ func (r *rig) repetition(rep, n, bn int) error {
 		benchkit.Lane{Name: "Pipeline, 2 ms handlers"},
 	}
 	var counts [9]callCount // by lane, in the order of the table
+	var server [9]serverCost
 	per, bper := n/slices, bn/slices/(2*b)*(2*b)
 	sper := max(per/4/b, 1) * b // 2 ms lanes: 5,000 messages per repetition by default
 	for s := 0; s < slices; s++ {
 		tag := fmt.Sprintf("%d-%d", rep, s)
-		steps := []struct {
+		type step struct {
 			lane *benchkit.Lane
 			msgs int
+			keys []string // the lane's record keys, deleted once measured
 			body func() error
-		}{
-			{&lanes.floor, bper, func(ks []string) func() error { return func() error { return r.floorLane(ks) } }(r.recordKeys(keys("floor", tag, bper)))},
-			{&lanes.seed, per, func(ks []string) func() error { return func() error { return r.seedLane(ks) } }(r.recordKeys(keys("seed", tag, per)))},
-			{&lanes.raw, bper, func(ks []string) func() error { return func() error { return r.rawLane(ks) } }(r.recordKeys(keys("raw", tag, bper)))},
-			{&lanes.single, per, func(ks []consumer.Key) func() error { return func() error { return r.singleLane(ks) } }(keys("single", tag, per))},
-			{&lanes.batch, bper, func(ks []consumer.Key) func() error { return func() error { return r.batchLane(ks, 1) } }(keys("batch", tag, bper))},
-			{&lanes.two, bper, func(ks []consumer.Key) func() error { return func() error { return r.batchLane(ks, 2) } }(keys("two", tag, bper))},
-			{&lanes.pipe, bper, func(ks []consumer.Key) func() error { return func() error { return r.pipelineLane(ks, 0) } }(keys("pipe", tag, bper))},
-			{&lanes.slowBatch, sper, func(ks []consumer.Key) func() error { return func() error { return r.slowBatchLane(ks) } }(keys("slowbatch", tag, sper))},
-			{&lanes.slowPipe, sper, func(ks []consumer.Key) func() error {
-				return func() error { return r.pipelineLane(ks, 2*time.Millisecond) }
-			}(keys("slowpipe", tag, sper))},
 		}
-		for i, st := range steps {
+		plain := func(lane *benchkit.Lane, name string, msgs int, f func([]string) error) step {
+			ks := r.recordKeys(keys(name, tag, msgs))
+			return step{lane, msgs, ks, func() error { return f(ks) }}
+		}
+		keyed := func(lane *benchkit.Lane, name string, msgs int, f func([]consumer.Key) error) step {
+			ks := keys(name, tag, msgs)
+			return step{lane, msgs, r.recordKeys(ks), func() error { return f(ks) }}
+		}
+		steps := []step{
+			plain(&lanes.floor, "floor", bper, r.floorLane),
+			plain(&lanes.seed, "seed", per, r.seedLane),
+			plain(&lanes.raw, "raw", bper, r.rawLane),
+			keyed(&lanes.single, "single", per, r.singleLane),
+			keyed(&lanes.batch, "batch", bper, func(ks []consumer.Key) error { return r.batchLane(ks, 1) }),
+			keyed(&lanes.two, "two", bper, func(ks []consumer.Key) error { return r.batchLane(ks, 2) }),
+			keyed(&lanes.pipe, "pipe", bper, func(ks []consumer.Key) error { return r.pipelineLane(ks, 0) }),
+			keyed(&lanes.slowBatch, "slowbatch", sper, r.slowBatchLane),
+			keyed(&lanes.slowPipe, "slowpipe", sper, func(ks []consumer.Key) error { return r.pipelineLane(ks, 2*time.Millisecond) }),
+		}
+		// Each slice runs the lanes in another order, so that none always follows
+		// the same one.
+		for j := range steps {
+			i := (j + s) % len(steps)
+			st := steps[i]
 			before := r.calls.load()
+			s0 := r.serverNow()
 			if err := r.env.Measure(st.lane, st.msgs, st.body); err != nil {
 				return err
 			}
+			server[i].add(r.serverNow(), s0)
 			counts[i].add(r.calls.load(), before)
+			// Every lane starts from the same database: a lane that made the
+			// keyspace grow past a power of two would otherwise pay the rehash
+			// (and the next lanes its lookups in a larger table).
+			if err := r.forget(st.keys); err != nil {
+				return err
+			}
 		}
 	}
 	fmt.Printf("\nrepetition %d\n", rep)
@@ -181,11 +209,23 @@ func (r *rig) repetition(rep, n, bn int) error {
 		fmt.Printf("    %-40s claim calls %.4f  settle calls %.4f  (%d settle calls)\n", ln.Name,
 			float64(c.claims)/float64(ln.Msgs), float64(c.settles)/float64(ln.Msgs), c.settles)
 	}
+	fmt.Println()
+	fmt.Println("  Redis per message: CPU by schedstat (all its threads, in ns), and INFO commandstats time by command")
+	fmt.Println("  (a script's time includes the commands it calls, which commandstats also counts under their own names):")
+	for i, ln := range []*benchkit.Lane{&l.floor, &l.raw, &l.batch, &l.two, &l.pipe} {
+		sc := server[[]int{0, 2, 4, 5, 6}[i]]
+		fmt.Printf("    %-40s CPU %6.2f us  %s\n", ln.Name, sc.perMsg(ln.Msgs), sc.commands(ln.Msgs))
+	}
+	fmt.Println()
 	fmt.Printf("  pipeline Go CPU/msg <= 1.2x ExecuteBatch's:    %5.2fx  %s\n", ratio(l.pipe.PerMsg(l.pipe.GoCPU), l.batch.PerMsg(l.batch.GoCPU)),
 		benchkit.Verdict(l.pipe.PerMsg(l.pipe.GoCPU) <= 1.2*l.batch.PerMsg(l.batch.GoCPU)))
 	fmt.Printf("  pipeline allocations/msg <= ExecuteBatch's:    %5.1f   %s\n", l.pipe.AllocsPerMsg(), benchkit.Verdict(l.pipe.AllocsPerMsg() <= l.batch.AllocsPerMsg()))
 	fmt.Printf("  batch Redis CPU/msg <= 1.3x the floor's:       %5.2fx  %s\n", ratio(l.batch.PerMsg(l.batch.ServerCPU), l.floor.PerMsg(l.floor.ServerCPU)),
 		benchkit.Verdict(l.batch.PerMsg(l.batch.ServerCPU) <= 1.3*l.floor.PerMsg(l.floor.ServerCPU)))
+	if fl, bt := server[0].perMsg(l.floor.Msgs), server[4].perMsg(l.batch.Msgs); fl > 0 {
+		fmt.Printf("    the same, by schedstat (ns, no ticks):       %5.2fx  %s  (%.2f vs %.2f us/msg)\n", bt/fl,
+			benchkit.Verdict(bt <= 1.3*fl), bt, fl)
+	}
 	fmt.Printf("  batch Go CPU/msg <= 2.5 us:                    %5.2f   %s\n", l.batch.PerMsg(l.batch.GoCPU), benchkit.Verdict(l.batch.PerMsg(l.batch.GoCPU) <= 2.5))
 	fmt.Printf("  batch Go CPU/msg <= 1.3x go-redis only:        %5.2fx  %s\n", ratio(l.batch.PerMsg(l.batch.GoCPU), l.raw.PerMsg(l.raw.GoCPU)),
 		benchkit.Verdict(l.batch.PerMsg(l.batch.GoCPU) <= 1.3*l.raw.PerMsg(l.raw.GoCPU)))
@@ -212,4 +252,127 @@ func ratio(a, b float64) float64 {
 		return 0
 	}
 	return a / b
+}
+
+// serverStats is what the server had spent at one moment: CPU time from
+// /proc/<pid>/task/*/schedstat (nanoseconds, not 10 ms ticks; zero when
+// redis-server is not on this machine) and INFO commandstats (calls and
+// microseconds by command).
+type serverStats struct {
+	cpu   time.Duration
+	calls map[string]int64
+	usec  map[string]int64
+}
+
+// serverCost sums serverStats differences over a lane's slices.
+type serverCost struct {
+	cpu   time.Duration
+	calls map[string]int64
+	usec  map[string]int64
+}
+
+func (c *serverCost) add(now, before serverStats) {
+	if c.calls == nil {
+		c.calls, c.usec = map[string]int64{}, map[string]int64{}
+	}
+	c.cpu += now.cpu - before.cpu
+	for k, v := range now.calls {
+		if k == "info" { // the measure's own
+			continue
+		}
+		if d := v - before.calls[k]; d > 0 {
+			c.calls[k] += d
+			c.usec[k] += now.usec[k] - before.usec[k]
+		}
+	}
+}
+
+// perMsg is the CPU time per message in microseconds.
+func (c *serverCost) perMsg(msgs int) float64 {
+	if msgs == 0 {
+		return 0
+	}
+	return float64(c.cpu.Nanoseconds()) / 1e3 / float64(msgs)
+}
+
+// commands lists the commands' time per message, the costliest first, each with
+// its time per call and calls per message.
+func (c *serverCost) commands(msgs int) string {
+	if msgs == 0 || len(c.usec) == 0 {
+		return ""
+	}
+	names := make([]string, 0, len(c.usec))
+	for k := range c.usec {
+		names = append(names, k)
+	}
+	sort.Slice(names, func(i, j int) bool { return c.usec[names[i]] > c.usec[names[j]] })
+	var sb strings.Builder
+	for _, k := range names {
+		fmt.Fprintf(&sb, "  %s %.2f us (%.2f us/call, %.3f calls)", k, float64(c.usec[k])/float64(msgs),
+			float64(c.usec[k])/float64(c.calls[k]), float64(c.calls[k])/float64(msgs))
+	}
+	return sb.String()
+}
+
+// serverNow reads the server's CPU time and command statistics.
+func (r *rig) serverNow() serverStats {
+	st := serverStats{cpu: schedCPU(r.env.ServerPid), calls: map[string]int64{}, usec: map[string]int64{}}
+	info, err := r.admin.Info(r.ctx, "commandstats").Result()
+	if err != nil {
+		return st
+	}
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		name, found := strings.CutPrefix(name, "cmdstat_")
+		if !ok || !found {
+			continue
+		}
+		for _, f := range strings.Split(rest, ",") {
+			k, v, _ := strings.Cut(f, "=")
+			n, _ := strconv.ParseInt(v, 10, 64)
+			switch k {
+			case "calls":
+				st.calls[name] = n
+			case "usec":
+				st.usec[name] = n
+			}
+		}
+	}
+	return st
+}
+
+// schedCPU is the CPU time of every thread of process pid, from the scheduler's
+// own count in nanoseconds (/proc/<pid>/task/<tid>/schedstat); zero when pid < 0
+// or the kernel does not keep it.
+func schedCPU(pid int) time.Duration {
+	if pid < 0 {
+		return 0
+	}
+	dir := "/proc/" + strconv.Itoa(pid) + "/task/"
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return 0
+	}
+	var total int64
+	for _, t := range tasks {
+		b, err := os.ReadFile(dir + t.Name() + "/schedstat")
+		if err != nil {
+			continue
+		}
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			n, _ := strconv.ParseInt(f[0], 10, 64)
+			total += n
+		}
+	}
+	return time.Duration(total)
+}
+
+// forget deletes a measured lane's keys (unmeasured), a thousand per command.
+func (r *rig) forget(keys []string) error {
+	for lo := 0; lo < len(keys); lo += 1000 {
+		if err := r.admin.Del(r.ctx, keys[lo:min(lo+1000, len(keys))]...).Err(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
