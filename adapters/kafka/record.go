@@ -98,8 +98,8 @@ func (c *Consumer[V, T]) take(fp kgo.FetchTopicPartition) {
 	}
 	clear(recs) // keep no record alive through the buffer
 	c.fetched = recs[:0]
-	if c.cfg.keyFunc == nil {
-		headerKeys(rs, c.cfg.keyHeader)
+	if c.cfg.KeyFunc == nil {
+		headerKeys(rs, c.cfg.KeyHeader)
 	}
 	for i := range rs {
 		c.prepare(&rs[i])
@@ -159,16 +159,16 @@ func header(rec *kgo.Record, name string) ([]byte, bool) {
 // its lane.
 func (c *Consumer[V, T]) prepare(r *record[V]) {
 	rec := r.rec
-	if c.cfg.keyFunc == nil && !r.keyed { // also names the key in an undecodable record's dead letter
+	if c.cfg.KeyFunc == nil && !r.keyed { // also names the key in an undecodable record's dead letter
 		r.key = c.coordinatesKey(rec)
 	}
 	v, err := c.decode(rec)
 	switch {
 	case err != nil:
 		r.bad = fmt.Errorf("%w: %v", ErrUndecodable, err)
-	case c.cfg.keyFunc != nil:
+	case c.cfg.KeyFunc != nil:
 		r.v = v
-		r.key, err = c.cfg.keyFunc(rec, v)
+		r.key, err = c.cfg.KeyFunc(rec, v)
 	default:
 		r.v = v
 	}
@@ -298,13 +298,13 @@ func (c *Consumer[V, T]) done(r *record[V], res consumer.Result[T]) {
 		} else {
 			r.retries++
 			n = r.retries
-			delay := retry.Backoff(c.cfg.backoffBase, c.cfg.backoffMax, n)
+			delay := retry.Backoff(c.cfg.BackoffBase, c.cfg.BackoffMax, n)
 			c.reportRetry(consumer.RetryEvent{Key: r.key, Origin: origin(r.rec), Attempt: res.Attempt, Delay: delay,
 				Kind: consumer.ErrorKind(res.Err), Err: res.Err})
 			c.later(r, delay)
 			return
 		}
-		c.later(r, retry.Backoff(c.cfg.backoffBase, c.cfg.backoffMax, n))
+		c.later(r, retry.Backoff(c.cfg.BackoffBase, c.cfg.BackoffMax, n))
 	}
 }
 
