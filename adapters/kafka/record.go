@@ -35,7 +35,8 @@ var errPartitionGone = errors.New("kafka: the record's partition was revoked")
 // A record is also the context its handler's context derives from: its
 // partition's (cancelled when the partition is revoked or lost), answering the
 // record itself for the consumer's one handler function (Consumer.runRecord),
-// so that no closure is made per record for it.
+// so that no closure is made per record for it, and its message (headers,
+// origin) for the engine's events and tracers, so that no context.WithValue is.
 type record[V any] struct {
 	context.Context // its partition's
 	rec             *kgo.Record
@@ -54,11 +55,18 @@ type record[V any] struct {
 // recordKey is the context key under which a record's context answers itself.
 type recordKey struct{}
 
-// Value answers the record for recordKey and asks its partition's context for
-// anything else.
+// messageKey is the context key of the message the engine reports on its events
+// (observe.WithMessage's): a record's context answers its msg for it.
+var messageKey = observe.MessageKey()
+
+// Value answers the record for recordKey, its message for messageKey, and asks
+// its partition's context for anything else.
 func (r *record[V]) Value(key any) any {
-	if _, ok := key.(recordKey); ok {
+	switch {
+	case key == recordKey{}:
 		return r
+	case key == messageKey:
+		return &r.msg
 	}
 	return r.Context.Value(key)
 }
@@ -254,7 +262,7 @@ func (c *Consumer[V, T]) start(r *record[V]) {
 		go c.deadLetter(r, kind, 0, consumer.Error, r.bad)
 		return
 	}
-	err := c.pipe.Submit(observe.WithMessage(r, &r.msg), consumer.PipelineItem[T]{
+	err := c.pipe.Submit(r, consumer.PipelineItem[T]{ // r answers its msg (see record.Value)
 		Key: r.key, Payload: r.rec.Value,
 		Run:  c.run,
 		Done: func(res consumer.Result[T]) { c.done(r, res) },
