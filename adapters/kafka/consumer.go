@@ -50,9 +50,9 @@ type Consumer[V, T any] struct {
 
 	mu       sync.Mutex
 	parts    map[topicPartition]*partition
-	queue    []*record[V]                       // records whose turn has come, to submit in order
-	lanes    ordering.Lanes[uint64, *record[V]] // records waiting for their lane
-	open     int                                // records taken and not finished
+	queue    []*record[V] // records whose turn has come, to submit in order
+	lanes    laneTable[V] // records waiting for their lane
+	open     int          // records taken and not finished
 	roomWait chan struct{}
 	dlqOK    map[string]bool                  // consumed topics whose dead-letter topic exists
 	stopped  map[string]*DeadLetterTopicError // consumed topics paused for their dead-letter topic

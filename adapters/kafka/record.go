@@ -47,6 +47,7 @@ type record[V any] struct {
 	bad             error           // why it cannot run (ErrUndecodable, ErrNoKey): it is dead-lettered
 	ordered         bool            // it has a lane: records of one lane run one at a time, in the order taken
 	lane            uint64          // its lane's name: see laneOf
+	laneNext        *record[V]      // the record after it waiting in its lane (laneTable)
 	msg             observe.Message // its headers and origin, for the engine's events and tracers
 	retries         int             // handler failures retried
 	outages         int             // store outages retried (not attempts)
@@ -115,7 +116,7 @@ func (c *Consumer[V, T]) take(fp kgo.FetchTopicPartition) {
 	queued := 0
 	c.mu.Lock()
 	for i := range rs {
-		if r := &rs[i]; !r.ordered || c.lanes.Push(r.lane, r) {
+		if r := &rs[i]; !r.ordered || c.lanes.push(r.lane, r) {
 			c.queue = append(c.queue, r)
 			queued++
 		}
@@ -352,7 +353,7 @@ func (c *Consumer[V, T]) finish(r *record[V], settled bool) {
 		if !r.ordered {
 			break
 		}
-		next, ok := c.lanes.Done(r.lane)
+		next, ok := c.lanes.done(r.lane)
 		if !ok {
 			break
 		}
