@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"reflect"
 	"strconv"
 	"time"
 
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/internal/kafkaconf"
 	"github.com/idemkit/idemkit/internal/kafkadl"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -24,7 +24,7 @@ func configError(format string, args ...any) error {
 // Header names the adapter reads and writes.
 const (
 	// DefaultKeyHeader carries the idempotency key of a record.
-	DefaultKeyHeader = "Idempotency-Key"
+	DefaultKeyHeader = kafkaconf.DefaultKeyHeader
 
 	HeaderOriginalTopic     = kafkadl.HeaderOriginalTopic
 	HeaderOriginalPartition = kafkadl.HeaderOriginalPartition
@@ -84,40 +84,31 @@ type optFunc func(*config)
 func (f optFunc) apply(c *config) { f(c) }
 
 type config struct {
-	keyHeader      string
-	keyFunc        KeyFunc
-	valueType      reflect.Type // the V a WithValueKey expects
-	deadLetter     func(topic string) string
-	createDLQ      bool
-	dlqPartitions  int32
-	dlqReplication int16
-	ordering       Ordering
-	inFlight       int
-	handlers       int
-	partitionLimit int
-	maxPoll        int
-	backoffBase    time.Duration
-	backoffMax     time.Duration
-	revokeDrain    time.Duration
-	commitEvery    time.Duration
-	shutdownGrace  time.Duration
-	logger         *slog.Logger
-	onAssigned     func(context.Context, *kgo.Client, map[string][]int32)
-	onRevoked      func(context.Context, *kgo.Client, map[string][]int32)
-	onLost         func(context.Context, *kgo.Client, map[string][]int32)
+	kafkaconf.Shared // key header or function, dead-letter topics, backoff, logger
+	createDLQ        bool
+	dlqPartitions    int32
+	dlqReplication   int16
+	ordering         Ordering
+	inFlight         int
+	handlers         int
+	partitionLimit   int
+	maxPoll          int
+	revokeDrain      time.Duration
+	commitEvery      time.Duration
+	shutdownGrace    time.Duration
+	onAssigned       func(context.Context, *kgo.Client, map[string][]int32)
+	onRevoked        func(context.Context, *kgo.Client, map[string][]int32)
+	onLost           func(context.Context, *kgo.Client, map[string][]int32)
 }
 
 func defaults() config {
 	return config{
-		keyHeader:      DefaultKeyHeader,
-		deadLetter:     func(topic string) string { return topic + ".dlq" },
+		Shared:         kafkaconf.Defaults(),
 		ordering:       ByKey,
 		inFlight:       1024,
 		handlers:       1024,
 		partitionLimit: 1024,
 		maxPoll:        1000,
-		backoffBase:    100 * time.Millisecond,
-		backoffMax:     5 * time.Second,
 		revokeDrain:    5 * time.Second,
 		commitEvery:    100 * time.Millisecond,
 		shutdownGrace:  10 * time.Second,
@@ -126,32 +117,19 @@ func defaults() config {
 
 // WithKeyHeader reads the key from the named header. Default "Idempotency-Key";
 // records without it get a key from their coordinates (see the package doc).
-func WithKeyHeader(name string) Option { return optFunc(func(c *config) { c.keyHeader = name }) }
+func WithKeyHeader(name string) Option { return optFunc(func(c *config) { c.KeyHeader = name }) }
 
 // WithKeyFunc computes the key of every record; it replaces the header lookup. A
 // returned error dead-letters the record with that reason. Default: none.
 func WithKeyFunc(fn func(rec *kgo.Record) (consumer.Key, error)) Option {
-	return optFunc(func(c *config) {
-		if fn == nil {
-			c.keyFunc = nil
-			return
-		}
-		c.keyFunc = func(rec *kgo.Record, _ any) (consumer.Key, error) { return fn(rec) }
-	})
+	return optFunc(func(c *config) { c.KeyFunc = kafkaconf.RecordKey(fn) })
 }
 
 // WithValueKey takes the key from the decoded value (a field of the event) for a
 // consumer made with NewTyped[V]. A returned error dead-letters the record.
 // Default: none.
 func WithValueKey[V any](fn func(v V) (consumer.Key, error)) Option {
-	return optFunc(func(c *config) {
-		c.valueType = reflect.TypeFor[V]()
-		if fn == nil {
-			c.keyFunc = nil
-			return
-		}
-		c.keyFunc = func(_ *kgo.Record, v any) (consumer.Key, error) { return fn(v.(V)) }
-	})
+	return optFunc(func(c *config) { c.KeyFunc, c.ValueType = kafkaconf.ValueKey(fn) })
 }
 
 // WithDeadLetterTopic names the dead-letter topic of each consumed topic. Default
@@ -159,7 +137,7 @@ func WithValueKey[V any](fn func(v V) (consumer.Key, error)) Option {
 // kgo.ConsumeRegex, when it is first assigned), or be created by
 // WithCreateDeadLetterTopics.
 func WithDeadLetterTopic(fn func(topic string) string) Option {
-	return optFunc(func(c *config) { c.deadLetter = fn })
+	return optFunc(func(c *config) { c.DeadLetter = fn })
 }
 
 // WithCreateDeadLetterTopics has the consumer create the dead-letter topics that
@@ -205,7 +183,7 @@ func WithMaxPollRecords(n int) Option { return optFunc(func(c *config) { c.maxPo
 // retryable error: base doubling up to max, with full jitter. A retrying record
 // holds back only its key (and its partition's commit point). Default 100ms to 5s.
 func WithBackoff(base, max time.Duration) Option {
-	return optFunc(func(c *config) { c.backoffBase, c.backoffMax = base, max })
+	return optFunc(func(c *config) { c.BackoffBase, c.BackoffMax = base, max })
 }
 
 // WithRevokeDrain bounds how long a revocation waits for the revoked partitions'
@@ -229,7 +207,7 @@ func WithShutdownGrace(d time.Duration) Option {
 }
 
 // WithLogger sets the logger. Default: the store's logger.
-func WithLogger(l *slog.Logger) Option { return optFunc(func(c *config) { c.logger = l }) }
+func WithLogger(l *slog.Logger) Option { return optFunc(func(c *config) { c.Logger = l }) }
 
 // WithOnAssigned, WithOnRevoked and WithOnLost run fn after the adapter's own
 // handling of the group event (kgo's callbacks of that name are the adapter's).
@@ -247,12 +225,10 @@ func WithOnLost(fn func(context.Context, *kgo.Client, map[string][]int32)) Optio
 	return optFunc(func(c *config) { c.onLost = fn })
 }
 
+// validate checks the options of this adapter only (kafkaconf.Check the shared
+// ones).
 func (c *config) validate() error {
 	switch {
-	case c.keyFunc == nil && c.keyHeader == "":
-		return configError("empty key header: omit WithKeyHeader for %q, or give WithKeyFunc", DefaultKeyHeader)
-	case c.deadLetter == nil:
-		return configError("nil dead-letter topic function: omit WithDeadLetterTopic for <topic>.dlq")
 	case c.createDLQ && (c.dlqPartitions == 0 || c.dlqPartitions < -1 || c.dlqReplication == 0 || c.dlqReplication < -1):
 		return configError("WithCreateDeadLetterTopics(%d, %d): give at least 1 partition and 1 replica, or -1 for the broker's default",
 			c.dlqPartitions, c.dlqReplication)
@@ -262,8 +238,6 @@ func (c *config) validate() error {
 		return configError("WithInFlight(%d), WithConcurrency(%d), WithPartitionInFlight(%d): give at least 1 each", c.inFlight, c.handlers, c.partitionLimit)
 	case c.maxPoll < 1:
 		return configError("WithMaxPollRecords(%d): give at least 1", c.maxPoll)
-	case c.backoffBase <= 0 || c.backoffMax < c.backoffBase:
-		return configError("WithBackoff(%v, %v): give 0 < base <= max", c.backoffBase, c.backoffMax)
 	case c.revokeDrain < 0 || c.shutdownGrace < 0:
 		return configError("negative duration in WithRevokeDrain or WithShutdownGrace")
 	case c.commitEvery <= 0:

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"hash/maphash"
 	"log/slog"
-	"reflect"
 	"regexp"
 	"slices"
 	"sync"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/internal/kafkaconf"
 	"github.com/idemkit/idemkit/internal/ordering"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -50,9 +50,9 @@ type Consumer[V, T any] struct {
 
 	mu       sync.Mutex
 	parts    map[topicPartition]*partition
-	queue    []*record[V]                       // records whose turn has come, to submit in order
-	lanes    ordering.Lanes[uint64, *record[V]] // records waiting for their lane
-	open     int                                // records taken and not finished
+	queue    []*record[V] // records whose turn has come, to submit in order
+	lanes    laneTable[V] // records waiting for their lane
+	open     int          // records taken and not finished
 	roomWait chan struct{}
 	dlqOK    map[string]bool                  // consumed topics whose dead-letter topic exists
 	stopped  map[string]*DeadLetterTopicError // consumed topics paused for their dead-letter topic
@@ -86,13 +86,8 @@ type partition struct {
 // SASL...). See the package doc for what it adds to and refuses in clientOpts.
 func New[T any](store consumer.Store, clientOpts []kgo.Opt, handler func(ctx context.Context, rec *kgo.Record) (T, error),
 	opts ...Option) (*Consumer[*kgo.Record, T], error) {
-	if handler == nil {
-		return nil, configError("nil handler")
-	}
-	return NewTyped(store, clientOpts,
-		func(rec *kgo.Record) (*kgo.Record, error) { return rec, nil },
-		func(ctx context.Context, rec *kgo.Record, _ *kgo.Record) (T, error) { return handler(ctx, rec) },
-		opts...)
+	decode, handle := kafkaconf.Plain(handler)
+	return NewTyped(store, clientOpts, decode, handle, opts...)
 }
 
 // NewTyped is New with a decode step: decode turns each record's value into a V
@@ -101,32 +96,18 @@ func New[T any](store consumer.Store, clientOpts []kgo.Opt, handler func(ctx con
 func NewTyped[V, T any](store consumer.Store, clientOpts []kgo.Opt, decode func(*kgo.Record) (V, error),
 	handler func(ctx context.Context, v V, rec *kgo.Record) (T, error), opts ...Option) (*Consumer[V, T], error) {
 	cfg := defaults()
-	for _, o := range opts {
-		if o == nil {
-			return nil, configError("nil option")
-		}
-		o.apply(&cfg)
+	if err := kafkaconf.Apply(&cfg, opts, Option.apply, configError); err != nil {
+		return nil, err
 	}
-	switch {
-	case store == nil || isNilPointer(store):
-		return nil, configError("nil store: pass a store from idemkit/store/redis, store/postgres, store/dynamodb or store/memory")
-	case decode == nil:
-		return nil, configError("nil decode function")
-	case handler == nil:
-		return nil, configError("nil handler")
-	case cfg.valueType != nil && cfg.valueType != reflect.TypeFor[V]():
-		return nil, configError("WithValueKey takes a %v but the consumer decodes %v", cfg.valueType, reflect.TypeFor[V]())
+	if err := kafkaconf.Check(store, decode, handler, cfg.Shared, configError); err != nil {
+		return nil, err
 	}
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := store.Settings()
-	if err := s.CheckScope(); err != nil {
-		return nil, configError("%w", err)
-	}
-	log := cfg.logger
-	if log == nil {
-		log = s.Logger
+	s, log, err := kafkaconf.Settings(store, cfg.Shared, configError)
+	if err != nil {
+		return nil, err
 	}
 	c := &Consumer[V, T]{
 		store: store, s: s, decode: decode, handle: handler, cfg: cfg, log: log,
@@ -172,7 +153,7 @@ func (c *Consumer[V, T]) attach(cl *kgo.Client) error {
 	}
 	if !regex {
 		for _, t := range topics {
-			if dlq := c.cfg.deadLetter(t); dlq == "" || slices.Contains(topics, dlq) {
+			if dlq := c.cfg.DeadLetter(t); dlq == "" || slices.Contains(topics, dlq) {
 				return configError("dead-letter topic %q of %q is empty or is itself consumed: give WithDeadLetterTopic another name", dlq, t)
 			}
 		}
@@ -198,11 +179,6 @@ func (c *Consumer[V, T]) attach(cl *kgo.Client) error {
 		}
 	}
 	return nil
-}
-
-func isNilPointer(v any) bool {
-	rv := reflect.ValueOf(v)
-	return rv.Kind() == reflect.Pointer && rv.IsNil()
 }
 
 // diagnose explains why the user's options plus the adapter's made no client.

@@ -18,7 +18,7 @@ import (
 // are tried again with backoff for as long as the partition is this member's. Only
 // r's key (and its partition's commit point) waits meanwhile.
 func (c *Consumer[V, T]) deadLetter(r *record[V], kind string, attempts int, o consumer.Outcome, reason error) {
-	topic := c.cfg.deadLetter(r.rec.Topic)
+	topic := c.cfg.DeadLetter(r.rec.Topic)
 	text := "unknown"
 	if reason != nil {
 		text = consumer.CapText(reason.Error(), MaxErrorHeader)
@@ -46,7 +46,7 @@ func (c *Consumer[V, T]) deadLetter(r *record[V], kind string, attempts int, o c
 		} else {
 			c.log.Warn("kafka: dead-letter produce failed; trying again", "dlq", topic, "try", try, "err", err)
 		}
-		t := time.NewTimer(retry.Backoff(c.cfg.backoffBase, c.cfg.backoffMax, try))
+		t := time.NewTimer(retry.Backoff(c.cfg.BackoffBase, c.cfg.BackoffMax, try))
 		select {
 		case <-t.C:
 		case <-c.stop:

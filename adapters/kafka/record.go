@@ -35,7 +35,8 @@ var errPartitionGone = errors.New("kafka: the record's partition was revoked")
 // A record is also the context its handler's context derives from: its
 // partition's (cancelled when the partition is revoked or lost), answering the
 // record itself for the consumer's one handler function (Consumer.runRecord),
-// so that no closure is made per record for it.
+// so that no closure is made per record for it, and its message (headers,
+// origin) for the engine's events and tracers, so that no context.WithValue is.
 type record[V any] struct {
 	context.Context // its partition's
 	rec             *kgo.Record
@@ -46,6 +47,7 @@ type record[V any] struct {
 	bad             error           // why it cannot run (ErrUndecodable, ErrNoKey): it is dead-lettered
 	ordered         bool            // it has a lane: records of one lane run one at a time, in the order taken
 	lane            uint64          // its lane's name: see laneOf
+	laneNext        *record[V]      // the record after it waiting in its lane (laneTable)
 	msg             observe.Message // its headers and origin, for the engine's events and tracers
 	retries         int             // handler failures retried
 	outages         int             // store outages retried (not attempts)
@@ -54,11 +56,18 @@ type record[V any] struct {
 // recordKey is the context key under which a record's context answers itself.
 type recordKey struct{}
 
-// Value answers the record for recordKey and asks its partition's context for
-// anything else.
+// messageKey is the context key of the message the engine reports on its events
+// (observe.WithMessage's): a record's context answers its msg for it.
+var messageKey = observe.MessageKey()
+
+// Value answers the record for recordKey, its message for messageKey, and asks
+// its partition's context for anything else.
 func (r *record[V]) Value(key any) any {
-	if _, ok := key.(recordKey); ok {
+	switch {
+	case key == recordKey{}:
 		return r
+	case key == messageKey:
+		return &r.msg
 	}
 	return r.Context.Value(key)
 }
@@ -98,8 +107,8 @@ func (c *Consumer[V, T]) take(fp kgo.FetchTopicPartition) {
 	}
 	clear(recs) // keep no record alive through the buffer
 	c.fetched = recs[:0]
-	if c.cfg.keyFunc == nil {
-		headerKeys(rs, c.cfg.keyHeader)
+	if c.cfg.KeyFunc == nil {
+		headerKeys(rs, c.cfg.KeyHeader)
 	}
 	for i := range rs {
 		c.prepare(&rs[i])
@@ -107,7 +116,7 @@ func (c *Consumer[V, T]) take(fp kgo.FetchTopicPartition) {
 	queued := 0
 	c.mu.Lock()
 	for i := range rs {
-		if r := &rs[i]; !r.ordered || c.lanes.Push(r.lane, r) {
+		if r := &rs[i]; !r.ordered || c.lanes.push(r.lane, r) {
 			c.queue = append(c.queue, r)
 			queued++
 		}
@@ -159,16 +168,16 @@ func header(rec *kgo.Record, name string) ([]byte, bool) {
 // its lane.
 func (c *Consumer[V, T]) prepare(r *record[V]) {
 	rec := r.rec
-	if c.cfg.keyFunc == nil && !r.keyed { // also names the key in an undecodable record's dead letter
+	if c.cfg.KeyFunc == nil && !r.keyed { // also names the key in an undecodable record's dead letter
 		r.key = c.coordinatesKey(rec)
 	}
 	v, err := c.decode(rec)
 	switch {
 	case err != nil:
 		r.bad = fmt.Errorf("%w: %v", ErrUndecodable, err)
-	case c.cfg.keyFunc != nil:
+	case c.cfg.KeyFunc != nil:
 		r.v = v
-		r.key, err = c.cfg.keyFunc(rec, v)
+		r.key, err = c.cfg.KeyFunc(rec, v)
 	default:
 		r.v = v
 	}
@@ -254,7 +263,7 @@ func (c *Consumer[V, T]) start(r *record[V]) {
 		go c.deadLetter(r, kind, 0, consumer.Error, r.bad)
 		return
 	}
-	err := c.pipe.Submit(observe.WithMessage(r, &r.msg), consumer.PipelineItem[T]{
+	err := c.pipe.Submit(r, consumer.PipelineItem[T]{ // r answers its msg (see record.Value)
 		Key: r.key, Payload: r.rec.Value,
 		Run:  c.run,
 		Done: func(res consumer.Result[T]) { c.done(r, res) },
@@ -298,13 +307,13 @@ func (c *Consumer[V, T]) done(r *record[V], res consumer.Result[T]) {
 		} else {
 			r.retries++
 			n = r.retries
-			delay := retry.Backoff(c.cfg.backoffBase, c.cfg.backoffMax, n)
+			delay := retry.Backoff(c.cfg.BackoffBase, c.cfg.BackoffMax, n)
 			c.reportRetry(consumer.RetryEvent{Key: r.key, Origin: origin(r.rec), Attempt: res.Attempt, Delay: delay,
 				Kind: consumer.ErrorKind(res.Err), Err: res.Err})
 			c.later(r, delay)
 			return
 		}
-		c.later(r, retry.Backoff(c.cfg.backoffBase, c.cfg.backoffMax, n))
+		c.later(r, retry.Backoff(c.cfg.BackoffBase, c.cfg.BackoffMax, n))
 	}
 }
 
@@ -344,7 +353,7 @@ func (c *Consumer[V, T]) finish(r *record[V], settled bool) {
 		if !r.ordered {
 			break
 		}
-		next, ok := c.lanes.Done(r.lane)
+		next, ok := c.lanes.done(r.lane)
 		if !ok {
 			break
 		}

@@ -49,7 +49,7 @@ func (c *Consumer[V, T]) checkDeadLetterTopics(ctx context.Context) error {
 			return ctx.Err()
 		}
 		c.log.Warn("kafka: the dead-letter topics could not be checked; trying again", "try", try, "err", err)
-		if !retry.Sleep(ctx, retry.Backoff(c.cfg.backoffBase, c.cfg.backoffMax, try)) {
+		if !retry.Sleep(ctx, retry.Backoff(c.cfg.BackoffBase, c.cfg.BackoffMax, try)) {
 			return ctx.Err()
 		}
 	}
@@ -78,7 +78,7 @@ func (c *Consumer[V, T]) checkAssigned(ctx context.Context, parts map[string][]i
 	for _, t := range fresh {
 		switch {
 		case err != nil:
-			c.stopTopic(&DeadLetterTopicError{Topic: t, DeadLetter: c.cfg.deadLetter(t), Err: err}, parts[t])
+			c.stopTopic(&DeadLetterTopicError{Topic: t, DeadLetter: c.cfg.DeadLetter(t), Err: err}, parts[t])
 		case bad[t] != nil:
 			c.stopTopic(bad[t], parts[t])
 		default:
@@ -115,7 +115,7 @@ func (c *Consumer[V, T]) resumeTopic(topic string) {
 	c.dlqOK[topic] = true
 	c.mu.Unlock()
 	c.cl.ResumeFetchTopics(topic)
-	c.log.Info("kafka: topic resumed: its dead-letter topic can be used now", "topic", topic, "dlq", c.cfg.deadLetter(topic))
+	c.log.Info("kafka: topic resumed: its dead-letter topic can be used now", "topic", topic, "dlq", c.cfg.DeadLetter(topic))
 	c.reportPause(topic, nil)
 }
 

@@ -57,7 +57,7 @@ func (c *Consumer[V, T]) ensureDeadLetterTopics(ctx context.Context, topics []st
 	bad = make(map[string]*DeadLetterTopicError)
 	of := make(map[string][]string) // dead-letter topic -> the consumed topics it serves
 	for _, t := range topics {
-		dlq := c.cfg.deadLetter(t)
+		dlq := c.cfg.DeadLetter(t)
 		if why := c.misnamed(t, dlq); why != "" {
 			bad[t] = &DeadLetterTopicError{Topic: t, DeadLetter: dlq, Err: ErrConfig, misnamed: why}
 			continue

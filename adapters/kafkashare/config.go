@@ -4,10 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"reflect"
 	"time"
 
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/internal/kafkaconf"
 	"github.com/idemkit/idemkit/internal/kafkadl"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -23,7 +23,7 @@ func configError(format string, args ...any) error {
 // (adapters/kafka), so one dead-letter reader serves both.
 const (
 	// DefaultKeyHeader carries the idempotency key of a record.
-	DefaultKeyHeader = "Idempotency-Key"
+	DefaultKeyHeader = kafkaconf.DefaultKeyHeader
 
 	HeaderOriginalTopic     = kafkadl.HeaderOriginalTopic
 	HeaderOriginalPartition = kafkadl.HeaderOriginalPartition
@@ -53,32 +53,23 @@ type optFunc func(*config)
 func (f optFunc) apply(c *config) { f(c) }
 
 type config struct {
-	keyHeader     string
-	keyFunc       func(rec *kgo.Record, v any) (consumer.Key, error)
-	valueType     reflect.Type
-	deadLetter    func(topic string) string
-	brokerDLQ     bool
-	clients       int
-	handlers      int
-	maxPoll       int
-	backoffBase   time.Duration
-	backoffMax    time.Duration
-	busyHold      time.Duration
-	margin        time.Duration
-	deliveryLimit int32
-	shutdownGrace time.Duration
-	logger        *slog.Logger
+	kafkaconf.Shared // key header or function, dead-letter topics, backoff, logger
+	brokerDLQ        bool
+	clients          int
+	handlers         int
+	maxPoll          int
+	busyHold         time.Duration
+	margin           time.Duration
+	deliveryLimit    int32
+	shutdownGrace    time.Duration
 }
 
 func defaults() config {
 	return config{
-		keyHeader:     DefaultKeyHeader,
-		deadLetter:    func(topic string) string { return topic + ".dlq" },
+		Shared:        kafkaconf.Defaults(),
 		clients:       1,
 		handlers:      256,
 		maxPoll:       500,
-		backoffBase:   100 * time.Millisecond,
-		backoffMax:    5 * time.Second,
 		busyHold:      time.Minute,
 		margin:        2 * time.Second,
 		deliveryLimit: 5,
@@ -88,33 +79,23 @@ func defaults() config {
 
 // WithKeyHeader reads the key from the named header. Default "Idempotency-Key";
 // a record without it gets a key derived from the share group and its coordinates.
-func WithKeyHeader(name string) Option { return optFunc(func(c *config) { c.keyHeader = name }) }
+func WithKeyHeader(name string) Option { return optFunc(func(c *config) { c.KeyHeader = name }) }
 
 // WithKeyFunc computes the key of every record; it replaces the header lookup. A
 // record it returns an error for is dead-lettered as NO_KEY. Default: none.
 func WithKeyFunc(fn func(rec *kgo.Record) (consumer.Key, error)) Option {
-	return optFunc(func(c *config) {
-		c.keyFunc = nil
-		if fn != nil {
-			c.keyFunc = func(rec *kgo.Record, _ any) (consumer.Key, error) { return fn(rec) }
-		}
-	})
+	return optFunc(func(c *config) { c.KeyFunc = kafkaconf.RecordKey(fn) })
 }
 
 // WithValueKey takes the key from the decoded value (NewTyped's V). Default: none.
 func WithValueKey[V any](fn func(v V) (consumer.Key, error)) Option {
-	return optFunc(func(c *config) {
-		c.keyFunc, c.valueType = nil, reflect.TypeFor[V]()
-		if fn != nil {
-			c.keyFunc = func(_ *kgo.Record, v any) (consumer.Key, error) { return fn(v.(V)) }
-		}
-	})
+	return optFunc(func(c *config) { c.KeyFunc, c.ValueType = kafkaconf.ValueKey(fn) })
 }
 
 // WithDeadLetterTopic names the dead-letter topic of each consumed topic. Default
 // "<topic>.dlq". Each must exist before Run.
 func WithDeadLetterTopic(fn func(topic string) string) Option {
-	return optFunc(func(c *config) { c.deadLetter = fn })
+	return optFunc(func(c *config) { c.DeadLetter = fn })
 }
 
 // WithBrokerDeadLetter hands records that must be dead-lettered to the broker's
@@ -140,7 +121,7 @@ func WithMaxPollRecords(n int) Option { return optFunc(func(c *config) { c.maxPo
 // held, renewed, for the backoff, then released for redelivery) and of a store
 // outage (held and tried again in place). Default 100ms doubling up to 5s.
 func WithBackoff(base, max time.Duration) Option {
-	return optFunc(func(c *config) { c.backoffBase, c.backoffMax = base, max })
+	return optFunc(func(c *config) { c.BackoffBase, c.BackoffMax = base, max })
 }
 
 // WithBusyHold bounds how long a record whose key another owner is running
@@ -171,22 +152,18 @@ func WithShutdownGrace(d time.Duration) Option {
 }
 
 // WithLogger sets the logger. Default: the store's logger.
-func WithLogger(l *slog.Logger) Option { return optFunc(func(c *config) { c.logger = l }) }
+func WithLogger(l *slog.Logger) Option { return optFunc(func(c *config) { c.Logger = l }) }
 
+// validate checks the options of this adapter only (kafkaconf.Check the shared
+// ones).
 func (c *config) validate() error {
 	switch {
-	case c.keyHeader == "" && c.keyFunc == nil:
-		return configError("empty key header: name one with WithKeyHeader or give WithKeyFunc")
-	case c.deadLetter == nil:
-		return configError("nil dead-letter topic function")
 	case c.clients < 1 || c.clients > 64:
 		return configError("WithClients(%d): use 1 to 64", c.clients)
 	case c.handlers < 1:
 		return configError("WithConcurrency(%d): use at least 1", c.handlers)
 	case c.maxPoll < 1 || c.maxPoll > 10000:
 		return configError("WithMaxPollRecords(%d): use 1 to 10000", c.maxPoll)
-	case c.backoffBase <= 0 || c.backoffMax < c.backoffBase:
-		return configError("WithBackoff(%v, %v): base must be positive and max at least base", c.backoffBase, c.backoffMax)
 	case c.busyHold <= 0:
 		return configError("WithBusyHold(%v): must be positive", c.busyHold)
 	case c.margin <= 0:

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"reflect"
 	"slices"
 	"strconv"
 	"sync"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/internal/kafkaconf"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -58,13 +58,8 @@ type topicPartition struct {
 // kgo.ShareGroup or topics, with kgo.ConsumeRegex, and a store on the default scope.
 func New[T any](store consumer.Store, clientOpts []kgo.Opt, handler func(ctx context.Context, rec *kgo.Record) (T, error),
 	opts ...Option) (*Consumer[*kgo.Record, T], error) {
-	if handler == nil {
-		return nil, configError("nil handler")
-	}
-	return NewTyped(store, clientOpts,
-		func(rec *kgo.Record) (*kgo.Record, error) { return rec, nil },
-		func(ctx context.Context, rec *kgo.Record, _ *kgo.Record) (T, error) { return handler(ctx, rec) },
-		opts...)
+	decode, handle := kafkaconf.Plain(handler)
+	return NewTyped(store, clientOpts, decode, handle, opts...)
 }
 
 // NewTyped is New with a decode step: decode turns each record's value into a V
@@ -73,32 +68,18 @@ func New[T any](store consumer.Store, clientOpts []kgo.Opt, handler func(ctx con
 func NewTyped[V, T any](store consumer.Store, clientOpts []kgo.Opt, decode func(*kgo.Record) (V, error),
 	handler func(ctx context.Context, v V, rec *kgo.Record) (T, error), opts ...Option) (*Consumer[V, T], error) {
 	cfg := defaults()
-	for _, o := range opts {
-		if o == nil {
-			return nil, configError("nil option")
-		}
-		o.apply(&cfg)
+	if err := kafkaconf.Apply(&cfg, opts, Option.apply, configError); err != nil {
+		return nil, err
 	}
-	switch {
-	case store == nil || isNilPointer(store):
-		return nil, configError("nil store: pass a store from idemkit/store/redis, store/postgres, store/dynamodb or store/memory")
-	case decode == nil:
-		return nil, configError("nil decode function")
-	case handler == nil:
-		return nil, configError("nil handler")
-	case cfg.valueType != nil && cfg.valueType != reflect.TypeFor[V]():
-		return nil, configError("WithValueKey takes a %v but the consumer decodes %v", cfg.valueType, reflect.TypeFor[V]())
+	if err := kafkaconf.Check(store, decode, handler, cfg.Shared, configError); err != nil {
+		return nil, err
 	}
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := store.Settings()
-	if err := s.CheckScope(); err != nil {
-		return nil, configError("%w", err)
-	}
-	log := cfg.logger
-	if log == nil {
-		log = s.Logger
+	s, log, err := kafkaconf.Settings(store, cfg.Shared, configError)
+	if err != nil {
+		return nil, err
 	}
 	c := &Consumer[V, T]{store: store, s: s, decode: decode, handle: handler, cfg: cfg, log: log,
 		stop: make(chan struct{}), ackErr: make(map[topicPartition]time.Time)}
@@ -143,7 +124,7 @@ func (c *Consumer[V, T]) check(probe *kgo.Client) error {
 	}
 	if !c.cfg.brokerDLQ {
 		for _, t := range c.topics {
-			if dlq := c.cfg.deadLetter(t); dlq == "" || slices.Contains(c.topics, dlq) {
+			if dlq := c.cfg.DeadLetter(t); dlq == "" || slices.Contains(c.topics, dlq) {
 				return configError("topic %q: its dead-letter topic %q is empty or consumed too: give WithDeadLetterTopic another name", t, dlq)
 			}
 		}
@@ -162,11 +143,6 @@ func diagnose(clientOpts []kgo.Opt, err error) error {
 		return configError("no share group: add kgo.ShareGroup(name) (for a classic consumer group use adapters/kafka)")
 	}
 	return configError("the kgo options do not make a client with the adapter's: %v", err)
-}
-
-func isNilPointer(v any) bool {
-	rv := reflect.ValueOf(v)
-	return rv.Kind() == reflect.Pointer && rv.IsNil()
 }
 
 func (c *Consumer[V, T]) closeClients() {
@@ -237,7 +213,7 @@ func (c *Consumer[V, T]) checkDeadLetterTopics(ctx context.Context) error {
 	}
 	want := make([]string, 0, len(c.topics))
 	for _, t := range c.topics {
-		want = append(want, c.cfg.deadLetter(t))
+		want = append(want, c.cfg.DeadLetter(t))
 	}
 	mctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -311,7 +287,7 @@ func (c *Consumer[V, T]) member(ctx context.Context, cl *kgo.Client) {
 // share group and the record's coordinates.
 func (c *Consumer[V, T]) headerKey(rec *kgo.Record) consumer.Key {
 	for _, h := range rec.Headers {
-		if h.Key == c.cfg.keyHeader {
+		if h.Key == c.cfg.KeyHeader {
 			return consumer.Key(h.Value)
 		}
 	}

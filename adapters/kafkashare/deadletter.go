@@ -21,7 +21,7 @@ func (p *poll[V, T]) deadLetter(h *held[V], kind string, attempts int, o consume
 		p.terminal(h, kgo.AckReject, "broker-dead-letter")
 		return
 	}
-	topic := c.cfg.deadLetter(h.rec.Topic)
+	topic := c.cfg.DeadLetter(h.rec.Topic)
 	text := "unknown"
 	if reason != nil {
 		text = consumer.CapText(reason.Error(), kafkadl.MaxErrorHeader)
@@ -45,7 +45,7 @@ func (p *poll[V, T]) deadLetter(h *held[V], kind string, attempts int, o consume
 		}
 		c.log.Warn("kafkashare: dead-letter produce failed; trying again while the record's lock lasts",
 			"dlq", topic, "try", try, "err", err)
-		wait := retry.Backoff(c.cfg.backoffBase, c.cfg.backoffMax, try)
+		wait := retry.Backoff(c.cfg.BackoffBase, c.cfg.BackoffMax, try)
 		if p.stopping.Load() || time.Now().Add(wait).UnixNano() >= h.deadline.Load()-int64(p.margin) {
 			p.terminal(h, kgo.AckRelease, "lock-expiring")
 			return

@@ -231,8 +231,8 @@ func (p *poll[V, T]) start(h *held[V]) {
 	}
 	h.v = v
 	key := c.headerKey(h.rec)
-	if c.cfg.keyFunc != nil {
-		key, err = c.cfg.keyFunc(h.rec, v)
+	if c.cfg.KeyFunc != nil {
+		key, err = c.cfg.KeyFunc(h.rec, v)
 	}
 	if err == nil {
 		err = key.Validate()
@@ -307,13 +307,13 @@ func (p *poll[V, T]) after(h *held[V], r consumer.Result[T]) {
 			h.tries++
 			n := h.tries
 			h.mu.Unlock()
-			p.later(h, retry.Backoff(c.cfg.backoffBase, c.cfg.backoffMax, n), func() { p.submit(h) })
+			p.later(h, retry.Backoff(c.cfg.BackoffBase, c.cfg.BackoffMax, n), func() { p.submit(h) })
 		case consumer.NotAnAttempt(r.Err): // cut short by us or the caller: give it back
 			p.terminal(h, kgo.AckRelease, "interrupted")
 		case h.count >= c.cfg.deliveryLimit: // a release now would archive it uncopied
 			p.copyLater(h, KindDeliveryLimit, r.Attempt, r.Outcome, r.Err)
 		default:
-			d := retry.Backoff(c.cfg.backoffBase, c.cfg.backoffMax, r.Attempt)
+			d := retry.Backoff(c.cfg.BackoffBase, c.cfg.BackoffMax, r.Attempt)
 			c.reportRetry(consumer.RetryEvent{Key: h.key, Origin: origin(h.rec), Attempt: r.Attempt, Delay: d,
 				Kind: consumer.ErrorKind(r.Err), Err: r.Err})
 			p.later(h, d, func() { p.terminal(h, kgo.AckRelease, "retry") })

@@ -42,6 +42,11 @@ func WithMessage(ctx context.Context, m *Message) context.Context {
 	return context.WithValue(ctx, messageKey{}, m)
 }
 
+// MessageKey is the key WithMessage stores a message under. An adapter whose
+// per-message context is a type of its own answers it from that type's Value, so
+// that carrying the message costs no context.WithValue per message.
+func MessageKey() any { return messageKey{} }
+
 // MessageOf returns the message ctx holds (WithMessage), or nil.
 func MessageOf(ctx context.Context) *Message {
 	m, _ := ctx.Value(messageKey{}).(*Message)
