@@ -152,6 +152,7 @@ func testBulk(t *testing.T, fx admintest.Fixtures) {
 	if n := rows(t, preview, "sample"); n != 5 {
 		t.Errorf("preview sample: %d rows", n)
 	}
+	aligned(t, preview, "sample")
 	confirm := func(page, typed string) url.Values {
 		v := url.Values{}
 		for k, vs := range filter {
@@ -270,7 +271,9 @@ func testPlans(t *testing.T, fx admintest.Fixtures) {
 	if n := rows(t, list, "plans"); n != 2 || !strings.Contains(list, "orders.json") || strings.Contains(list, "notes.txt") {
 		t.Errorf("plans: %d listed\n%s", n, section(t, list, "plans"))
 	}
+	aligned(t, list, "plans")
 	page := e.get(prefix+"/plan?name=orders.json", http.StatusOK)
+	aligned(t, page, "verdicts")
 	for _, want := range []string{"jsonl:/var/orders.jsonl", "7 messages", "<td>NEW</td><td class=\"num\">3</td>", "k1", "no key", "older than the 24h0m0s retention"} {
 		if !strings.Contains(page, want) {
 			t.Errorf("plan page lacks %q", want)

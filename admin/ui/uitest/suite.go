@@ -20,6 +20,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -224,6 +225,34 @@ func hidden(t *testing.T, page, name string) string {
 		t.Fatalf("no hidden input %q on the page:\n%s", name, page)
 	}
 	return m[1]
+}
+
+var (
+	headRE = regexp.MustCompile(`<th( class="([^"]*)")?>`)
+	cellRE = regexp.MustCompile(`<td( class="([^"]*)")?>`)
+)
+
+// aligned fails the test unless every column of the table with id whose first
+// body row's cell is a number (class num, right-aligned) has a header of class
+// num too, and no other column does: a header sits over its numbers.
+func aligned(t *testing.T, page, id string) {
+	t.Helper()
+	table := section(t, page, id)
+	head, body, ok := strings.Cut(table, "</thead>")
+	if !ok {
+		t.Fatalf("table %s has no header:\n%s", id, table)
+	}
+	first, _, _ := strings.Cut(body, "</tr>")
+	ths, tds := headRE.FindAllStringSubmatch(head, -1), cellRE.FindAllStringSubmatch(first, -1)
+	if len(ths) != len(tds) {
+		t.Fatalf("table %s: %d headers, %d cells in the first row:\n%s", id, len(ths), len(tds), table)
+	}
+	num := func(class string) bool { return slices.Contains(strings.Fields(class), "num") }
+	for i := range ths {
+		if num(ths[i][2]) != num(tds[i][2]) {
+			t.Errorf("table %s, column %d: header %s over cell %s: a number's header is aligned as its numbers are", id, i+1, ths[i][0], tds[i][0])
+		}
+	}
 }
 
 func keys(prefix string, n int) []consumer.Key {
