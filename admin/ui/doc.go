@@ -40,7 +40,13 @@
 //
 // The UI is read-only unless WithActor names the person behind a request. Then
 // every record page offers unstick, forget and rerun, and the Records page the
-// same on every record its filter selects. Each change needs a reason, which is
+// same on every record its filter selects. A change acts in the scope its page
+// names, and in the store's own when it names none (a bulk action with no scope
+// filter), so with WithActor, New refuses a store left on consumer.DefaultScope,
+// with an error matching consumer.ErrDefaultScope that says to give the store
+// consumer.WithScope(<the service's name>): the rule of the broker adapters and
+// of idemkit's commands that change records (consumer.Settings.CheckScope). A
+// read-only UI takes a store on any scope: it reads every scope. Each change needs a reason, which is
 // recorded in the record with the actor's name (admin's operator notes). A single
 // change carries the fence the page showed as its precondition: a record that
 // moved on meanwhile is left alone and the page says so. A bulk change is

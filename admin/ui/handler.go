@@ -3,6 +3,7 @@ package ui
 import (
 	"embed"
 	"errors"
+	"fmt"
 	"html/template"
 	"io/fs"
 	"net/http"
@@ -49,7 +50,10 @@ type action struct {
 // maxActions is how many changes the overview lists.
 const maxActions = 50
 
-// New returns the UI over in. It is read-only unless WithActor is given.
+// New returns the UI over in. It is read-only unless WithActor is given. With
+// WithActor, in's store must have the service's scope: New refuses a store on
+// consumer.DefaultScope with an error matching consumer.ErrDefaultScope, as the
+// broker adapters and the idemkit commands that change records do.
 func New(in *admin.Inspector, opts ...Option) (*Handler, error) {
 	if in == nil {
 		return nil, errors.New("ui: nil inspector: pass the one admin.New returns")
@@ -63,6 +67,10 @@ func New(in *admin.Inspector, opts ...Option) (*Handler, error) {
 	}
 	if err := c.validate(); err != nil {
 		return nil, err
+	}
+	if err := in.Settings().CheckScope(); err != nil && c.actor != nil {
+		return nil, fmt.Errorf("ui: WithActor needs the service's scope, since a change with no scope named (a bulk action with no scope filter) acts in the store's; "+
+			"leave WithActor out for a read-only UI, which reads every scope: %w", err)
 	}
 	h := &Handler{in: in, cfg: c, pages: make(map[string]*template.Template), count: newCounter(in, c.countEvery)}
 	for _, name := range []string{"overview", "records", "record", "done", "preview", "plans", "plan", "error"} {

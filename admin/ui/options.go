@@ -45,8 +45,9 @@ func WithPrefix(prefix string) Option {
 
 // WithActor makes the UI able to change records (unstick, forget, rerun): fn
 // names the person behind each change request, and the name is recorded in each
-// changed record's operator notes with the reason they give. Default nil: the
-// UI is read-only, shows no action forms and refuses every change (403).
+// changed record's operator notes with the reason they give. It needs a store
+// with the service's scope: New refuses one on consumer.DefaultScope. Default
+// nil: the UI is read-only, shows no action forms and refuses every change (403).
 func WithActor(fn ActorFunc) Option {
 	return optFunc(func(c *cfg) { c.actor = fn })
 }

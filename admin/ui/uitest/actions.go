@@ -288,3 +288,28 @@ func testPlans(t *testing.T, fx admintest.Fixtures) {
 		e.get(prefix+"/plan?"+url.Values{"name": {name}}.Encode(), http.StatusBadRequest)
 	}
 }
+
+// testChangesNeedScope: a UI that changes records refuses a store left on the
+// default scope, saying what to do; a read-only one takes any store.
+func testChangesNeedScope(t *testing.T, fx admintest.Fixtures) {
+	s, err := fx.New(t)
+	if err != nil {
+		t.Fatalf("new store: %v", err)
+	}
+	in, err := admin.New(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h, err := ui.New(in, ui.WithPrefix(prefix), ui.WithActor(alice)); !errors.Is(err, consumer.ErrDefaultScope) ||
+		!strings.Contains(err.Error(), "consumer.WithScope(") || !strings.Contains(err.Error(), "leave WithActor out for a read-only UI") {
+		if h != nil {
+			_ = h.Close()
+		}
+		t.Fatalf("ui.New with WithActor on a store on the default scope: %v", err)
+	}
+	h, err := ui.New(in, ui.WithPrefix(prefix))
+	if err != nil {
+		t.Fatalf("a read-only UI on a store on the default scope: %v", err)
+	}
+	_ = h.Close()
+}

@@ -46,6 +46,7 @@ func Run(t *testing.T, fx admintest.Fixtures) {
 		{"ReadOnly", testReadOnly},
 		{"SingleActions", testSingle},
 		{"BulkActions", testBulk},
+		{"ChangesNeedScope", testChangesNeedScope},
 		{"CrossOriginRefused", testCrossOrigin},
 		{"Plans", testPlans},
 	}
