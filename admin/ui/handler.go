@@ -33,22 +33,13 @@ type Handler struct {
 	serve http.Handler
 	count *counter
 
-	mu  sync.Mutex
-	log []action // newest first, at most maxActions
+	mu   sync.Mutex
+	made []made // the changes made through this handler, newest first, at most maxMade
 }
 
-// action is one change made through the UI, as the overview lists it.
-type action struct {
-	Time    time.Time
-	Actor   string
-	Op      string
-	Scope   string
-	What    string // a key, or a bulk action's filter
-	Outcome string
-}
-
-// maxActions is how many changes the overview lists.
-const maxActions = 50
+// maxMade is how many of its own changes a handler keeps until a count of the
+// store has read them back.
+const maxMade = 50
 
 // New returns the UI over in. It is read-only unless WithActor is given. With
 // WithActor, in's store must have the service's scope: New refuses a store on
@@ -146,20 +137,4 @@ func staticFiles(fsys fs.FS) http.Handler {
 		w.Header().Set("Cache-Control", "public, max-age=300")
 		files.ServeHTTP(w, r)
 	})
-}
-
-// remember adds a change to the overview's list.
-func (h *Handler) remember(a action) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.log = append([]action{a}, h.log...)
-	if len(h.log) > maxActions {
-		h.log = h.log[:maxActions]
-	}
-}
-
-func (h *Handler) actions() []action {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return append([]action(nil), h.log...)
 }

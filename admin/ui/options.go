@@ -91,8 +91,8 @@ func WithBulkMax(n int) Option {
 	return optFunc(func(c *cfg) { c.bulkMax = n })
 }
 
-// WithLogger logs every change the UI makes (actor, operation, scope, counts;
-// never keys or results). Default: discard.
+// WithLogger logs every change the UI makes and every one it refuses (actor,
+// operation, scope, counts; never keys or results). Default: discard.
 func WithLogger(l *slog.Logger) Option {
 	return optFunc(func(c *cfg) { c.logger = l })
 }

@@ -1,7 +1,8 @@
 // Package uitest runs the operator UI's handler tests (package ui) on any store
 // with the operator SPI: every page, every action (one and bulk), the fence
 // precondition, the cross-origin refusal, the read-only mode and hostile record
-// text. Each store's tests run it with the same fixtures as the operator
+// text, the recent actions read from the store by every handler over it, the
+// refusal of changes on the default scope. Each store's tests run it with the same fixtures as the operator
 // conformance suite:
 //
 //	func TestUI(t *testing.T) {
@@ -46,6 +47,7 @@ func Run(t *testing.T, fx admintest.Fixtures) {
 		{"ReadOnly", testReadOnly},
 		{"SingleActions", testSingle},
 		{"BulkActions", testBulk},
+		{"SharedActions", testSharedActions},
 		{"ChangesNeedScope", testChangesNeedScope},
 		{"CrossOriginRefused", testCrossOrigin},
 		{"Plans", testPlans},
@@ -108,6 +110,23 @@ func (e *env) dead(keys []consumer.Key, owner func(i int) string) {
 		}
 	}
 	e.waitStale(keys...)
+}
+
+// claim starts keys, owned by w, in batches of 100: more records than one scan
+// step reads make a store larger than a small sample.
+func (e *env) claim(keys []consumer.Key) {
+	e.t.Helper()
+	claims := make([]consumer.Claim, len(keys))
+	for i, k := range keys {
+		claims[i] = consumer.Claim{Key: k, Owner: "w", Start: true}
+	}
+	for start := 0; start < len(claims); start += 100 {
+		for i, rep := range e.store.Begin(context.Background(), claims[start:min(start+100, len(claims))]) {
+			if !rep.Claimed() {
+				e.t.Fatalf("claim %s: %+v", keys[start+i], rep)
+			}
+		}
+	}
 }
 
 // waitStale waits until every key's lease has run out.
@@ -210,7 +229,7 @@ func section(t *testing.T, page, id string) string {
 	return rest
 }
 
-var rowRE = regexp.MustCompile(`<tr><td(>| class)`)
+var rowRE = regexp.MustCompile(`<tr( class="[^"]*")?><td(>| class)`)
 
 // rows counts a table's body rows (not the one that says there are none).
 func rows(t *testing.T, page, id string) int {
