@@ -57,6 +57,11 @@ func New(store Store) (*Inspector, error) {
 	return &Inspector{store: store}, nil
 }
 
+// Settings returns the store's options: its scope (the one Inspect, a Change and
+// a bulk action's Filter act in when given none) and its retention. Entry points
+// that change records check it with consumer.Settings.CheckScope.
+func (in *Inspector) Settings() consumer.Settings { return in.store.Settings() }
+
 // Record is one record as an operator sees it.
 type Record struct {
 	consumer.AdminRecord

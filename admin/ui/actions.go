@@ -80,23 +80,25 @@ func (h *Handler) change(w http.ResponseWriter, r *http.Request) {
 		res, err = h.in.Rerun(r.Context(), c)
 	}
 	back := h.link("/record", url.Values{"scope": {scope}, "key": {string(key)}})
-	outcome := "applied"
 	switch {
 	case errors.Is(err, admin.ErrFenceMoved):
-		outcome = "refused: moved"
-		h.remember(action{time.Now(), who, op.String(), scope, oneLine(string(key), 80), outcome})
+		h.cfg.logger.Info("ui: operator change refused", "op", op.String(), "actor", who, "scope", res.Scope, "why", "moved", "fence", fence, "now_fence", res.Fence)
 		h.render(w, "error", http.StatusConflict, view{Title: "Refused", D: errData{http.StatusConflict, fmt.Sprintf("Nothing was changed: the record moved since you looked at it. You saw fence %d; it holds fence %d now (state %s). Look at it again before you act.",
 			fence, res.Fence, res.Before), back}})
 		return
 	case errors.Is(err, admin.ErrWrongState), errors.Is(err, admin.ErrNotFound):
-		h.remember(action{time.Now(), who, op.String(), scope, oneLine(string(key), 80), "refused: " + err.Error()})
+		why := "wrong state"
+		if errors.Is(err, admin.ErrNotFound) {
+			why = "not found"
+		}
+		h.cfg.logger.Info("ui: operator change refused", "op", op.String(), "actor", who, "scope", res.Scope, "why", why, "state", res.Before)
 		h.render(w, "error", http.StatusConflict, view{Title: "Refused", D: errData{http.StatusConflict, "Nothing was changed: " + err.Error(), back}})
 		return
 	case err != nil:
 		h.storeFailed(w, r, err)
 		return
 	}
-	h.remember(action{time.Now(), who, op.String(), res.Scope, oneLine(string(key), 80), outcome})
+	h.remember(made{Time: time.Now(), Scope: res.Scope, Text: res.Note, Keys: []consumer.Key{key}})
 	h.cfg.logger.Info("ui: operator change", "op", op.String(), "actor", who, "scope", res.Scope, "fence", res.Fence, "new_fence", res.NewFence)
 	h.render(w, "done", http.StatusOK, view{Title: "Done", Nav: "records", D: doneData{Res: &res, Back: back}})
 }
@@ -208,9 +210,8 @@ func (h *Handler) bulkExecute(w http.ResponseWriter, r *http.Request) {
 		h.storeFailed(w, r, err)
 		return
 	}
-	what := f.describe()
 	refuse := func(msg string) {
-		h.remember(action{time.Now(), b.Actor, b.Op.String() + " (bulk)", d.Plan.Scope, what, "refused"})
+		h.cfg.logger.Info("ui: operator bulk change refused", "op", b.Op.String(), "actor", b.Actor, "scope", d.Plan.Scope, "shown", shown, "count", d.Plan.Count)
 		d.Back = h.link("/records", f.values())
 		d.Refused = msg
 		h.render(w, "preview", http.StatusConflict, view{Title: "Refused", Nav: "records", D: d})
@@ -227,8 +228,7 @@ func (h *Handler) bulkExecute(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rep, err := h.in.Execute(r.Context(), d.Plan)
-	outcome := fmt.Sprintf("%d applied, %d moved, %d wrong state, %d not found", rep.Applied, rep.Moved, rep.WrongState, rep.NotFound)
-	h.remember(action{time.Now(), b.Actor, b.Op.String() + " (bulk)", d.Plan.Scope, what, outcome})
+	h.remember(made{Time: time.Now(), Scope: d.Plan.Scope, Text: noteText(b.Op, b.Actor, b.Reason), Keys: applied(d.Plan, rep)})
 	h.cfg.logger.Info("ui: operator bulk change", "op", b.Op.String(), "actor", b.Actor, "scope", d.Plan.Scope, "planned", rep.Planned,
 		"applied", rep.Applied, "moved", rep.Moved)
 	if err != nil && rep.Planned == 0 {

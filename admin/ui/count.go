@@ -22,6 +22,11 @@ const fullCountTimeout = 10 * time.Minute
 // fullCountMax is the most records one background count reads.
 const fullCountMax = 50_000_000
 
+// maxNotes is how many of the newest operator notes a count keeps
+// (admin.StatsQuery.MaxNotes) for the overview's recent actions: room for a
+// bulk action's notes, one per record, beside others'. It costs no reads.
+const maxNotes = 200
+
 // counter keeps the newest full count and runs the next one.
 type counter struct {
 	in    *admin.Inspector
@@ -33,6 +38,7 @@ type counter struct {
 
 	mu      sync.Mutex
 	last    *admin.Stats
+	began   time.Time // when last was started
 	at      time.Time // when last was finished
 	running time.Time // when the running count started; zero when none runs
 	err     error     // the last count's error, if it failed
@@ -52,6 +58,9 @@ type counts struct {
 	Full bool
 	At   time.Time
 	Age  time.Duration
+	// Began is when the count that read Stats started: a change made since may
+	// not be in it.
+	Began time.Time
 	// Running says a full count runs now, since Since.
 	Running bool
 	Since   time.Duration
@@ -62,22 +71,23 @@ type counts struct {
 // get returns the counts for one view, counting at most sample records itself.
 func (c *counter) get(ctx context.Context, sample int) (counts, error) {
 	c.mu.Lock()
-	last, at := c.last, c.at
+	last, began, at := c.last, c.began, c.at
 	c.mu.Unlock()
 	if last != nil {
 		if c.every > 0 && time.Since(at) > c.every {
 			c.start()
 		}
-		return c.view(counts{Stats: *last, Full: true, At: at, Age: time.Since(at)}), nil
+		return c.view(counts{Stats: *last, Full: true, At: at, Age: time.Since(at), Began: began}), nil
 	}
-	st, err := c.in.Stats(ctx, admin.StatsQuery{MaxRecords: sample})
+	began = time.Now()
+	st, err := c.in.Stats(ctx, admin.StatsQuery{MaxRecords: sample, MaxNotes: maxNotes})
 	if err != nil {
 		return counts{}, err
 	}
 	if st.Sampled && c.every > 0 {
 		c.start()
 	}
-	return c.view(counts{Stats: st}), nil
+	return c.view(counts{Stats: st, Began: began}), nil
 }
 
 func (c *counter) view(v counts) counts {
@@ -100,18 +110,19 @@ func (c *counter) start() {
 	if !c.running.IsZero() || c.ctx.Err() != nil {
 		return
 	}
-	c.running = time.Now()
+	began := time.Now()
+	c.running = began
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
 		ctx, cancel := context.WithTimeout(c.ctx, fullCountTimeout)
 		defer cancel()
-		st, err := c.in.Stats(ctx, admin.StatsQuery{MaxRecords: fullCountMax})
+		st, err := c.in.Stats(ctx, admin.StatsQuery{MaxRecords: fullCountMax, MaxNotes: maxNotes})
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		c.running, c.err = time.Time{}, err
 		if err == nil {
-			c.last, c.at = &st, time.Now()
+			c.last, c.began, c.at = &st, began, time.Now()
 		}
 	}()
 }

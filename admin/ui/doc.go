@@ -11,9 +11,8 @@
 // # Pages
 //
 //   - Overview: records by scope and state, started records whose lease ran
-//     out, failed records by error kind, the oldest started record, the newest
-//     operator notes among the counted records and the changes made through
-//     the UI; it reloads itself (WithRefresh).
+//     out, failed records by error kind, the oldest started record, the recent
+//     operator actions (see below); it reloads itself (WithRefresh).
 //   - Records: the records a filter selects (scope, state, age, error kind, owner
 //     prefix, key prefix, lease ran out), paged by the store's own cursor with
 //     admin.Inspector.List: a page reads at most 20,000 records, never the whole
@@ -36,11 +35,35 @@
 // or age, so a sample's proportions hold for the whole), with the number of keys
 // the server holds when the store can say (Redis). Close stops a running count.
 //
+// # Recent operator actions
+//
+// The overview's recent actions are read from the store, so a change made
+// anywhere shows: through this handler, another UI process over the same store,
+// idemkit, a service's own admin code. They are the operator notes ("<op> by
+// <actor>: <reason>", split at the first colon after the actor) of the records
+// the count the overview shows read, the newest 200 of them, at no read of their
+// own: on a store of at most WithSample records, every record's, now; on a
+// larger one, the full count's, as old as it is, or until the first one is done,
+// the sample's. The same note on several records in one scope, each within a
+// minute of the next, is one line (a bulk action writes one per record). A
+// handler also keeps its own last 50 changes, and shows each, marked, until a
+// count of every record that began after it has read it back: an operator sees
+// their change at once. On a larger store a change made elsewhere shows after
+// the next full count (WithCountEvery), or, with background counts off, only if
+// the sample holds its record. Refused changes changed nothing and are not
+// listed; WithLogger logs them.
+//
 // # Changes
 //
 // The UI is read-only unless WithActor names the person behind a request. Then
 // every record page offers unstick, forget and rerun, and the Records page the
-// same on every record its filter selects. Each change needs a reason, which is
+// same on every record its filter selects. A change acts in the scope its page
+// names, and in the store's own when it names none (a bulk action with no scope
+// filter), so with WithActor, New refuses a store left on consumer.DefaultScope,
+// with an error matching consumer.ErrDefaultScope that says to give the store
+// consumer.WithScope(<the service's name>): the rule of the broker adapters and
+// of idemkit's commands that change records (consumer.Settings.CheckScope). A
+// read-only UI takes a store on any scope: it reads every scope. Each change needs a reason, which is
 // recorded in the record with the actor's name (admin's operator notes). A single
 // change carries the fence the page showed as its precondition: a record that
 // moved on meanwhile is left alone and the page says so. A bulk change is

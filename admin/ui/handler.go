@@ -3,6 +3,7 @@ package ui
 import (
 	"embed"
 	"errors"
+	"fmt"
 	"html/template"
 	"io/fs"
 	"net/http"
@@ -32,24 +33,18 @@ type Handler struct {
 	serve http.Handler
 	count *counter
 
-	mu  sync.Mutex
-	log []action // newest first, at most maxActions
+	mu   sync.Mutex
+	made []made // the changes made through this handler, newest first, at most maxMade
 }
 
-// action is one change made through the UI, as the overview lists it.
-type action struct {
-	Time    time.Time
-	Actor   string
-	Op      string
-	Scope   string
-	What    string // a key, or a bulk action's filter
-	Outcome string
-}
+// maxMade is how many of its own changes a handler keeps until a count of the
+// store has read them back.
+const maxMade = 50
 
-// maxActions is how many changes the overview lists.
-const maxActions = 50
-
-// New returns the UI over in. It is read-only unless WithActor is given.
+// New returns the UI over in. It is read-only unless WithActor is given. With
+// WithActor, in's store must have the service's scope: New refuses a store on
+// consumer.DefaultScope with an error matching consumer.ErrDefaultScope, as the
+// broker adapters and the idemkit commands that change records do.
 func New(in *admin.Inspector, opts ...Option) (*Handler, error) {
 	if in == nil {
 		return nil, errors.New("ui: nil inspector: pass the one admin.New returns")
@@ -63,6 +58,10 @@ func New(in *admin.Inspector, opts ...Option) (*Handler, error) {
 	}
 	if err := c.validate(); err != nil {
 		return nil, err
+	}
+	if err := in.Settings().CheckScope(); err != nil && c.actor != nil {
+		return nil, fmt.Errorf("ui: WithActor needs the service's scope, since a change with no scope named (a bulk action with no scope filter) acts in the store's; "+
+			"leave WithActor out for a read-only UI, which reads every scope: %w", err)
 	}
 	h := &Handler{in: in, cfg: c, pages: make(map[string]*template.Template), count: newCounter(in, c.countEvery)}
 	for _, name := range []string{"overview", "records", "record", "done", "preview", "plans", "plan", "error"} {
@@ -138,20 +137,4 @@ func staticFiles(fsys fs.FS) http.Handler {
 		w.Header().Set("Cache-Control", "public, max-age=300")
 		files.ServeHTTP(w, r)
 	})
-}
-
-// remember adds a change to the overview's list.
-func (h *Handler) remember(a action) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.log = append([]action{a}, h.log...)
-	if len(h.log) > maxActions {
-		h.log = h.log[:maxActions]
-	}
-}
-
-func (h *Handler) actions() []action {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return append([]action(nil), h.log...)
 }

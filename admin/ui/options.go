@@ -45,8 +45,9 @@ func WithPrefix(prefix string) Option {
 
 // WithActor makes the UI able to change records (unstick, forget, rerun): fn
 // names the person behind each change request, and the name is recorded in each
-// changed record's operator notes with the reason they give. Default nil: the
-// UI is read-only, shows no action forms and refuses every change (403).
+// changed record's operator notes with the reason they give. It needs a store
+// with the service's scope: New refuses one on consumer.DefaultScope. Default
+// nil: the UI is read-only, shows no action forms and refuses every change (403).
 func WithActor(fn ActorFunc) Option {
 	return optFunc(func(c *cfg) { c.actor = fn })
 }
@@ -90,8 +91,8 @@ func WithBulkMax(n int) Option {
 	return optFunc(func(c *cfg) { c.bulkMax = n })
 }
 
-// WithLogger logs every change the UI makes (actor, operation, scope, counts;
-// never keys or results). Default: discard.
+// WithLogger logs every change the UI makes and every one it refuses (actor,
+// operation, scope, counts; never keys or results). Default: discard.
 func WithLogger(l *slog.Logger) Option {
 	return optFunc(func(c *cfg) { c.logger = l })
 }

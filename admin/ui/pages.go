@@ -55,26 +55,18 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 	if o := st.OldestStarted; o != nil {
 		oldest = h.link("/record", url.Values{"scope": {o.Scope}, "key": {string(o.Key)}})
 	}
-	type noteRow struct {
-		admin.ScopedNote
-		Link template.URL
-	}
-	notes := make([]noteRow, len(st.Notes))
-	for i, n := range st.Notes {
-		notes[i] = noteRow{n, h.link("/record", url.Values{"scope": {n.Scope}, "key": {string(n.Key)}})}
-	}
 	h.render(w, "overview", http.StatusOK, view{Title: "Overview", Nav: "overview", Refresh: int(h.cfg.refresh / time.Second), D: struct {
 		Stats      admin.Stats
 		Counts     counts
 		Sample     int
+		CountEvery time.Duration
 		Scopes     []scopeRow
 		OldestLink template.URL
-		Notes      []noteRow
-		Actions    []action
+		Actions    []actionRow
 		StaleLink  template.URL
 		KindLink   func(string) template.URL
 		ScopeLink  func(string, string) template.URL
-	}{st, cs, h.cfg.sample, rows, oldest, notes, h.actions(), h.link("/records", url.Values{"stale": {"1"}}),
+	}{st, cs, h.cfg.sample, h.cfg.countEvery, rows, oldest, h.recent(cs), h.link("/records", url.Values{"stale": {"1"}}),
 		func(k string) template.URL { return h.link("/records", url.Values{"kind": {k}}) },
 		func(scope, state string) template.URL {
 			return h.link("/records", url.Values{"scope": {scope}, "state": {state}})

@@ -273,8 +273,8 @@ func TestBrowser(t *testing.T) {
 	shot("plan")
 	step("the overview after", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.CSS("#actions")))
 	shot("overview-after")
-	if got := text("#actions"); !strings.Contains(got, "unstick (bulk)") {
-		t.Fatalf("the overview's actions: %q", got)
+	if got := text("#actions"); !strings.Contains(got, "alice\tunstick\tpayments") || !strings.Contains(got, fmt.Sprintf("and %d more\tworker SIGKILLed in the deploy", stuckCount-1)) {
+		t.Fatalf("the overview's recent actions, want the bulk unstick of %d records on one line: %q", stuckCount, got)
 	}
 
 	// Another origin posts a change form to the UI: refused, nothing changed.

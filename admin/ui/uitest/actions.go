@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"testing/fstest"
+	"time"
 
 	"github.com/idemkit/idemkit/admin"
 	"github.com/idemkit/idemkit/admin/admintest"
@@ -115,13 +116,184 @@ func testSingle(t *testing.T, fx admintest.Fixtures) {
 	}
 	e.post(prefix+"/record/explode", url.Values{"scope": {Scope}, "key": {"bad"}, "fence": {"1"}, "reason": {"r"}}, http.StatusNotFound)
 
+	// The overview's recent actions are the records' notes, read from the store:
+	// bob's, made with the operator API, too. The refused ones changed nothing.
 	overview := e.get(prefix+"/", http.StatusOK)
-	if n := rows(t, overview, "actions"); n != 6 {
-		t.Errorf("the overview lists %d changes made through the UI, want 6 (3 applied, 3 refused):\n%s", n, section(t, overview, "actions"))
+	acts := section(t, overview, "actions")
+	if n := rows(t, overview, "actions"); n != 4 {
+		t.Errorf("the overview lists %d recent actions, want the 4 applied:\n%s", n, acts)
 	}
-	if s := section(t, overview, "notes"); !strings.Contains(s, "rerun by alice: card fixed") || !strings.Contains(s, "unstick by bob: bob was faster") {
-		t.Errorf("the overview's recent operator notes:\n%s", s)
+	for _, want := range []string{
+		"<td>alice</td><td>unstick</td><td>" + Scope + "</td>", ">stuck</a></td><td>replica-7 was killed</td>",
+		"<td>bob</td><td>unstick</td>", ">moving</a></td><td>bob was faster</td>",
+		"<td>alice</td><td>forget</td>", ">done</a></td><td>re-encoded</td>",
+		"<td>alice</td><td>rerun</td>", ">bad</a></td><td>card fixed</td>",
+	} {
+		if !strings.Contains(acts, want) {
+			t.Errorf("the overview's recent actions lack %q:\n%s", want, acts)
+		}
 	}
+	if strings.Contains(acts, `class="here"`) || !strings.Contains(section(t, overview, "actions-rule"), "Every record was read for this view") {
+		t.Errorf("the overview read every record and still marks an action as not read back:\n%s", section(t, overview, "actions"))
+	}
+}
+
+// bob is an actor function that names bob.
+func bob(*http.Request) (string, error) { return "bob", nil }
+
+// other is a second handler over e's store, with an inspector of its own: it
+// shares nothing with e's but the store, as another UI process would.
+func (e *env) other(opts ...ui.Option) *env {
+	e.t.Helper()
+	in, err := admin.New(e.store)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	h, err := ui.New(in, append([]ui.Option{ui.WithPrefix(prefix)}, opts...)...)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { _ = h.Close() })
+	return &env{t: e.t, store: e.store, in: in, h: h}
+}
+
+// act makes op on key through the record's page, with reason.
+func (e *env) act(op string, key consumer.Key, reason string) {
+	e.t.Helper()
+	page := e.get(recordPath(key), http.StatusOK)
+	e.post(prefix+"/record/"+op, url.Values{"scope": {Scope}, "key": {string(key)}, "fence": {hidden(e.t, page, "fence")}, "reason": {reason}}, http.StatusOK)
+}
+
+// bulk previews op on the records filter selects and executes it, and returns
+// how many records it changed.
+func (e *env) bulk(op string, filter url.Values, reason string) string {
+	e.t.Helper()
+	v := url.Values{"op": {op}, "reason": {reason}}
+	for k, vs := range filter {
+		v[k] = vs
+	}
+	preview := e.post(prefix+"/bulk/preview", v, http.StatusOK)
+	v.Set("count", hidden(e.t, preview, "count"))
+	v.Set("digest", hidden(e.t, preview, "digest"))
+	v.Set("confirm", hidden(e.t, preview, "count"))
+	return section(e.t, e.post(prefix+"/bulk/execute", v, http.StatusOK), "outcome")
+}
+
+// actions is the overview's recent actions.
+func (e *env) actions() string {
+	e.t.Helper()
+	return section(e.t, e.get(prefix+"/", http.StatusOK), "actions")
+}
+
+// eventually polls cond until it holds, for at most a minute.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within a minute", what)
+		}
+		time.Sleep(20 * time.Millisecond) // polling for the condition, with the deadline above
+	}
+}
+
+// testSharedActions: the overview's recent actions are read from the store, so
+// an action made through one handler shows on another over the same store, as
+// one made by another UI process or idemkit does, once the count it shows has
+// read it; a handler shows its own actions at once, marked, until then; and
+// every action is one line, a bulk action's too.
+func testSharedActions(t *testing.T, fx admintest.Fixtures) {
+	a := newEnv(t, fx, ui.WithActor(alice))
+	b := a.other(ui.WithActor(bob))
+	a.dead(keys("stuck", 4), func(i int) string { return "replica-7-" + strconv.Itoa(i) })
+
+	// A store no larger than the sample is read whole by every view.
+	a.act("unstick", "stuck-000", "replica-7 is gone")
+	one := ">stuck-000</a></td><td>replica-7 is gone</td>"
+	if acts := b.actions(); !strings.Contains(acts, "<td>alice</td><td>unstick</td>") || !strings.Contains(acts, one) {
+		t.Errorf("an unstick through one handler is not on the other's overview:\n%s", acts)
+	}
+	if got := b.bulk("unstick", url.Values{"key": {"stuck-"}, "stale": {"1"}}, "the rest of replica-7"); !strings.Contains(got, "<strong>3 applied</strong>") {
+		t.Fatalf("bulk unstick: %s", got)
+	}
+	acts := a.actions()
+	if n := rows(t, acts, "actions"); n != 2 || !strings.Contains(acts, "<td>bob</td><td>unstick</td>") ||
+		!strings.Contains(acts, "</a> and 2 more</td><td>the rest of replica-7</td>") || strings.Contains(acts, `class="here"`) {
+		t.Errorf("a bulk unstick of 3 through one handler on the other's overview, want one line of 3 records beside the single one:\n%s", acts)
+	}
+
+	// A store larger than the sample: a view shows the newest full count, which
+	// reads a change only if it began after it.
+	big := newEnv(t, fx, ui.WithActor(alice), ui.WithSample(5), ui.WithCountEvery(time.Hour))
+	big.claim(keys("many", 1100))
+	big.dead(keys("big", 12), func(i int) string { return "replica-8-" + strconv.Itoa(i) })
+	counting := big.other(ui.WithSample(5), ui.WithCountEvery(time.Millisecond)) // counts anew at every view
+	for _, e := range []*env{big, counting} {
+		eventually(t, "a full count of 1112 records", func() bool {
+			return strings.Contains(section(t, e.get(prefix+"/", http.StatusOK), "counted"), "Full count of 1112 records")
+		})
+	}
+	big.act("unstick", "big-000", "replica-8 is gone")
+	mine := big.actions()
+	if n := strings.Count(mine, "replica-8 is gone"); n != 1 || !strings.Contains(mine, `<tr class="here"><td>`) ||
+		!strings.Contains(mine, ">big-000</a></td><td>replica-8 is gone</td>") {
+		t.Errorf("a handler's own unstick, made after its full count, is not listed once, marked:\n%s", mine)
+	}
+	if rule := section(t, big.get(prefix+"/", http.StatusOK), "actions-rule"); !strings.Contains(rule, "full count") || !strings.Contains(rule, "marked *") {
+		t.Errorf("the overview does not say where its recent actions come from:\n%s", rule)
+	}
+	eventually(t, "the other handler's next full count reads the unstick", func() bool {
+		return strings.Contains(counting.actions(), ">big-000</a></td><td>replica-8 is gone</td>")
+	})
+	if got := big.bulk("unstick", url.Values{"key": {"big-"}, "stale": {"1"}}, "the rest of replica-8"); !strings.Contains(got, "<strong>11 applied</strong>") {
+		t.Fatalf("bulk unstick: %s", got)
+	}
+	mine = big.actions()
+	if n := strings.Count(mine, "the rest of replica-8"); n != 1 || !strings.Contains(mine, "</a> and 10 more</td><td>the rest of replica-8</td>") {
+		t.Errorf("a handler's own bulk unstick of 11 is not one marked line:\n%s", mine)
+	}
+	eventually(t, "the other handler's next full count reads the bulk unstick", func() bool {
+		acts := counting.actions()
+		return strings.Contains(acts, "</a> and 10 more</td><td>the rest of replica-8</td>") && !strings.Contains(acts, `class="here"`)
+	})
+
+	// Full counts off: a view reads its sample only, so a handler's own change
+	// shows from memory unless the sample holds it, and once either way.
+	sampled := big.other(ui.WithActor(alice), ui.WithSample(5), ui.WithCountEvery(0))
+	for i, k := range keys("big", 12) {
+		sampled.act("forget", k, "forget "+strconv.Itoa(i)+" now")
+	}
+	acts = sampled.actions()
+	for i := range 12 {
+		if n := strings.Count(acts, ">forget "+strconv.Itoa(i)+" now<"); n != 1 {
+			t.Errorf("forget %d is listed %d times on a sampled overview, want once:\n%s", i, n, acts)
+		}
+	}
+}
+
+// testChangesNeedScope: a UI that changes records refuses a store left on the
+// default scope, saying what to do; a read-only one takes any store.
+func testChangesNeedScope(t *testing.T, fx admintest.Fixtures) {
+	s, err := fx.New(t)
+	if err != nil {
+		t.Fatalf("new store: %v", err)
+	}
+	in, err := admin.New(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h, err := ui.New(in, ui.WithPrefix(prefix), ui.WithActor(alice)); !errors.Is(err, consumer.ErrDefaultScope) ||
+		!strings.Contains(err.Error(), "consumer.WithScope(") || !strings.Contains(err.Error(), "leave WithActor out for a read-only UI") {
+		if h != nil {
+			_ = h.Close()
+		}
+		t.Fatalf("ui.New with WithActor on a store on the default scope: %v", err)
+	}
+	h, err := ui.New(in, ui.WithPrefix(prefix))
+	if err != nil {
+		t.Fatalf("a read-only UI on a store on the default scope: %v", err)
+	}
+	_ = h.Close()
 }
 
 // testBulk: a bulk unstick by the current filter is previewed, needs its count
@@ -152,6 +324,7 @@ func testBulk(t *testing.T, fx admintest.Fixtures) {
 	if n := rows(t, preview, "sample"); n != 5 {
 		t.Errorf("preview sample: %d rows", n)
 	}
+	aligned(t, preview, "sample")
 	confirm := func(page, typed string) url.Values {
 		v := url.Values{}
 		for k, vs := range filter {
@@ -270,7 +443,9 @@ func testPlans(t *testing.T, fx admintest.Fixtures) {
 	if n := rows(t, list, "plans"); n != 2 || !strings.Contains(list, "orders.json") || strings.Contains(list, "notes.txt") {
 		t.Errorf("plans: %d listed\n%s", n, section(t, list, "plans"))
 	}
+	aligned(t, list, "plans")
 	page := e.get(prefix+"/plan?name=orders.json", http.StatusOK)
+	aligned(t, page, "verdicts")
 	for _, want := range []string{"jsonl:/var/orders.jsonl", "7 messages", "<td>NEW</td><td class=\"num\">3</td>", "k1", "no key", "older than the 24h0m0s retention"} {
 		if !strings.Contains(page, want) {
 			t.Errorf("plan page lacks %q", want)

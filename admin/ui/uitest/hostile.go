@@ -96,17 +96,7 @@ func testHostile(t *testing.T, fx admintest.Fixtures) {
 func testBounded(t *testing.T, fx admintest.Fixtures) {
 	e := newEnv(t, fx, ui.WithSample(100), ui.WithCountEvery(time.Hour))
 	ks := keys("many", 1100)
-	claims := make([]consumer.Claim, len(ks))
-	for i, k := range ks {
-		claims[i] = consumer.Claim{Key: k, Owner: "w", Start: true}
-	}
-	for start := 0; start < len(claims); start += 100 {
-		for i, rep := range e.store.Begin(t.Context(), claims[start:min(start+100, len(claims))]) {
-			if !rep.Claimed() {
-				t.Fatalf("claim %s: %+v", ks[start+i], rep)
-			}
-		}
-	}
+	e.claim(ks)
 	page := e.get(prefix+"/records?limit=10000", http.StatusOK)
 	if n := rows(t, page, "records"); n != 500 {
 		t.Fatalf("a 10,000-record page shows %d records, want 500", n)

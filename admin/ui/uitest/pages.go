@@ -3,6 +3,7 @@ package uitest
 import (
 	"errors"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -34,6 +35,7 @@ func testPages(t *testing.T, fx admintest.Fixtures) {
 			t.Errorf("overview header %s: %q, want %q", k, got, want)
 		}
 	}
+	aligned(t, page, "counts")
 	counts := section(t, page, "counts")
 	for _, want := range []string{"<td>payments</td>", ">3</a>", ">4</a>", ">1</a>", `<td class="num">8</td>`} {
 		if !strings.Contains(counts, want) {
@@ -75,6 +77,9 @@ func testPages(t *testing.T, fx admintest.Fixtures) {
 		if n := rows(t, page, "records"); n != c.want {
 			t.Errorf("records%s: %d rows, want %d", c.query, n, c.want)
 		}
+		if c.want > 0 {
+			aligned(t, page, "records")
+		}
 		if c.query == "?stale=1" && strings.Count(section(t, page, "records"), "started*") != 3 {
 			t.Errorf("records%s: the lease-ran-out mark is missing", c.query)
 		}
@@ -106,6 +111,9 @@ func testPages(t *testing.T, fx admintest.Fixtures) {
 
 	if code, hd, body := e.do(http.MethodGet, prefix+"/robots.txt", nil, nil); code != 200 || body != "User-agent: *\nDisallow: /\n" || hd.Get("Content-Security-Policy") != csp {
 		t.Errorf("robots.txt: %d %q", code, body)
+	}
+	if _, _, css := e.do(http.MethodGet, prefix+"/static/ui.css", nil, nil); !regexp.MustCompile(`th\.num, td\.num \{ text-align: right;`).MatchString(css) {
+		t.Errorf("ui.css does not right-align numbers' headers with their numbers:\n%s", css)
 	}
 	for path, ctype := range map[string]string{"/static/ui.js": "text/javascript; charset=utf-8", "/static/ui.css": "text/css; charset=utf-8"} {
 		if code, hd, _ := e.do(http.MethodGet, prefix+path, nil, nil); code != 200 || hd.Get("Content-Type") != ctype {

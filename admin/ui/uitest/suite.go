@@ -1,7 +1,8 @@
 // Package uitest runs the operator UI's handler tests (package ui) on any store
 // with the operator SPI: every page, every action (one and bulk), the fence
 // precondition, the cross-origin refusal, the read-only mode and hostile record
-// text. Each store's tests run it with the same fixtures as the operator
+// text, the recent actions read from the store by every handler over it, the
+// refusal of changes on the default scope. Each store's tests run it with the same fixtures as the operator
 // conformance suite:
 //
 //	func TestUI(t *testing.T) {
@@ -20,6 +21,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -45,6 +47,8 @@ func Run(t *testing.T, fx admintest.Fixtures) {
 		{"ReadOnly", testReadOnly},
 		{"SingleActions", testSingle},
 		{"BulkActions", testBulk},
+		{"SharedActions", testSharedActions},
+		{"ChangesNeedScope", testChangesNeedScope},
 		{"CrossOriginRefused", testCrossOrigin},
 		{"Plans", testPlans},
 	}
@@ -106,6 +110,23 @@ func (e *env) dead(keys []consumer.Key, owner func(i int) string) {
 		}
 	}
 	e.waitStale(keys...)
+}
+
+// claim starts keys, owned by w, in batches of 100: more records than one scan
+// step reads make a store larger than a small sample.
+func (e *env) claim(keys []consumer.Key) {
+	e.t.Helper()
+	claims := make([]consumer.Claim, len(keys))
+	for i, k := range keys {
+		claims[i] = consumer.Claim{Key: k, Owner: "w", Start: true}
+	}
+	for start := 0; start < len(claims); start += 100 {
+		for i, rep := range e.store.Begin(context.Background(), claims[start:min(start+100, len(claims))]) {
+			if !rep.Claimed() {
+				e.t.Fatalf("claim %s: %+v", keys[start+i], rep)
+			}
+		}
+	}
 }
 
 // waitStale waits until every key's lease has run out.
@@ -208,7 +229,7 @@ func section(t *testing.T, page, id string) string {
 	return rest
 }
 
-var rowRE = regexp.MustCompile(`<tr><td(>| class)`)
+var rowRE = regexp.MustCompile(`<tr( class="[^"]*")?><td(>| class)`)
 
 // rows counts a table's body rows (not the one that says there are none).
 func rows(t *testing.T, page, id string) int {
@@ -224,6 +245,34 @@ func hidden(t *testing.T, page, name string) string {
 		t.Fatalf("no hidden input %q on the page:\n%s", name, page)
 	}
 	return m[1]
+}
+
+var (
+	headRE = regexp.MustCompile(`<th( class="([^"]*)")?>`)
+	cellRE = regexp.MustCompile(`<td( class="([^"]*)")?>`)
+)
+
+// aligned fails the test unless every column of the table with id whose first
+// body row's cell is a number (class num, right-aligned) has a header of class
+// num too, and no other column does: a header sits over its numbers.
+func aligned(t *testing.T, page, id string) {
+	t.Helper()
+	table := section(t, page, id)
+	head, body, ok := strings.Cut(table, "</thead>")
+	if !ok {
+		t.Fatalf("table %s has no header:\n%s", id, table)
+	}
+	first, _, _ := strings.Cut(body, "</tr>")
+	ths, tds := headRE.FindAllStringSubmatch(head, -1), cellRE.FindAllStringSubmatch(first, -1)
+	if len(ths) != len(tds) {
+		t.Fatalf("table %s: %d headers, %d cells in the first row:\n%s", id, len(ths), len(tds), table)
+	}
+	num := func(class string) bool { return slices.Contains(strings.Fields(class), "num") }
+	for i := range ths {
+		if num(ths[i][2]) != num(tds[i][2]) {
+			t.Errorf("table %s, column %d: header %s over cell %s: a number's header is aligned as its numbers are", id, i+1, ths[i][0], tds[i][0])
+		}
+	}
 }
 
 func keys(prefix string, n int) []consumer.Key {
