@@ -14,8 +14,9 @@
 // transaction's p50 and p99 with InTx against without it; then the PostgreSQL
 // Store's batch path (ExecuteBatch, B=100) against the same number of plain
 // INSERT ... ON CONFLICT DO NOTHING and UPDATE statements, with the server's CPU,
-// and the time-partitioned Store's beside them. With -store-only it runs only
-// those batch lanes.
+// and the time-partitioned Store's beside them, with each lane's WAL bytes per
+// message and the HOT share of each table's updates. With -store-only it runs
+// only those batch lanes; -cpuprofile writes this process's CPU profile.
 package main
 
 import (
@@ -24,6 +25,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -44,11 +46,24 @@ func main() {
 	reps := flag.Int("reps", 3, "repetitions")
 	storeN := flag.Int("store-n", 20000, "messages per lane of the Store's batch lanes")
 	storeOnly := flag.Bool("store-only", false, "run only the Store's batch lanes (ExecuteBatch against plain statements)")
+	cpuProfile := flag.String("cpuprofile", "", "write this process's CPU profile to the file")
 	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench-postgres:", err)
+			os.Exit(1)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if *storeOnly {
 		*n = 0
 	}
 	if err := run(*n, *storeN, *reps); err != nil {
+		pprof.StopCPUProfile()
 		fmt.Fprintln(os.Stderr, "bench-postgres:", err)
 		os.Exit(1)
 	}
@@ -227,11 +242,20 @@ func storeLanes(ctx context.Context, pool *pgxpool.Pool, rep, n int) error {
 	}
 	noop := func(context.Context, int, consumer.BatchItem) (string, error) { return "ok", nil }
 	var storeTook, refTook, partTook, storeCPU, refCPU, partCPU time.Duration
-	batch := func(s consumer.Store, prefix string, start int, took, cpu *time.Duration) error {
+	var storeWAL, refWAL int64
+	// wal is the server's WAL insert position: the bytes between two readings are
+	// every session's, this lane's and any other client's of the same server.
+	wal := func() int64 {
+		var lsn int64
+		_ = pool.QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint`).Scan(&lsn)
+		return lsn
+	}
+	batch := func(s consumer.Store, prefix string, start int, took, cpu *time.Duration, walBytes *int64) error {
 		items := make([]consumer.BatchItem, 0, 100)
 		for i := start; i < min(start+100, n); i++ {
 			items = append(items, consumer.BatchItem{Key: consumer.Key(fmt.Sprint(prefix, rep, "_", i))})
 		}
+		w0 := wal()
 		c0, t := serverCPU(), time.Now()
 		for _, res := range consumer.ExecuteBatch(ctx, s, items, noop) {
 			if res.Outcome != consumer.Success {
@@ -239,6 +263,7 @@ func storeLanes(ctx context.Context, pool *pgxpool.Pool, rep, n int) error {
 			}
 		}
 		*took, *cpu = *took+time.Since(t), *cpu+serverCPU()-c0
+		*walBytes += wal() - w0
 		return nil
 	}
 	// The first 100 of each lane are not counted: they prepare the statements on
@@ -246,14 +271,17 @@ func storeLanes(ctx context.Context, pool *pgxpool.Pool, rep, n int) error {
 	for start := -100; start < n; start += 100 {
 		if start == 0 {
 			storeTook, refTook, partTook, storeCPU, refCPU, partCPU = 0, 0, 0, 0, 0, 0
+			storeWAL, refWAL = 0, 0
 		}
-		if err := batch(store, "s", start, &storeTook, &storeCPU); err != nil {
+		if err := batch(store, "s", start, &storeTook, &storeCPU, &storeWAL); err != nil {
 			return err
 		}
-		if err := batch(parted, "t", start, &partTook, &partCPU); err != nil {
+		var partWAL int64
+		if err := batch(parted, "t", start, &partTook, &partCPU, &partWAL); err != nil {
 			return err
 		}
 
+		w0 := wal()
 		c0, t := serverCPU(), time.Now()
 		var ins, upd pgx.Batch
 		for i := start; i < min(start+100, n); i++ {
@@ -267,6 +295,7 @@ func storeLanes(ctx context.Context, pool *pgxpool.Pool, rep, n int) error {
 			}
 		}
 		refTook, refCPU = refTook+time.Since(t), refCPU+serverCPU()-c0
+		refWAL += wal() - w0
 	}
 	sr, rr := float64(n)/storeTook.Seconds(), float64(n)/refTook.Seconds()
 	verdict := "met"
@@ -275,10 +304,32 @@ func storeLanes(ctx context.Context, pool *pgxpool.Pool, rep, n int) error {
 	}
 	fmt.Printf("  PostgreSQL Store, ExecuteBatch B=100: %.0f msgs/s, server CPU %.1f us/msg; plain INSERT ON CONFLICT + UPDATE, pgx batches of 100: %.0f msgs/s, %.1f us/msg; ratio %.2fx (>= 0.8x: %s); server CPU %.2fx\n",
 		sr, float64(storeCPU.Microseconds())/float64(n), rr, float64(refCPU.Microseconds())/float64(n), sr/rr, verdict, float64(storeCPU)/float64(refCPU))
+	fmt.Printf("  per message: WAL %d bytes (Store) vs %d (reference); round trips per batch of 100: 2 (Store: the claim's insert, the completion's update) vs 2 (reference: one pgx batch of 100 INSERTs, one of 100 UPDATEs, each one implicit transaction)\n",
+		storeWAL/int64(n), refWAL/int64(n))
+	if line, err := hotUpdates(ctx, pool); err == nil {
+		fmt.Printf("  %s\n", line)
+	}
 	pr := float64(n) / partTook.Seconds()
 	fmt.Printf("  partitioned Store (daily windows), ExecuteBatch B=100: %.0f msgs/s, server CPU %.1f us/msg; %.2fx the plain Store, %.2fx the reference\n",
 		pr, float64(partCPU.Microseconds())/float64(n), pr/sr, pr/rr)
 	return nil
+}
+
+// hotUpdates says, for the Store's table and the reference's, how many updates so
+// far were heap-only (HOT: no index written), and how many indexes each has. The
+// server reports these counts with up to a second's delay.
+func hotUpdates(ctx context.Context, pool *pgxpool.Pool) (string, error) {
+	var out []string
+	for _, table := range []string{"idemkit_records", "plain_records"} {
+		var upd, hot, idx int64
+		err := pool.QueryRow(ctx, `SELECT s.n_tup_upd, s.n_tup_hot_upd, (SELECT count(*) FROM pg_index i WHERE i.indrelid = s.relid)
+			FROM pg_stat_user_tables s WHERE s.relid = to_regclass($1)`, table).Scan(&upd, &hot, &idx)
+		if err != nil {
+			return "", err
+		}
+		out = append(out, fmt.Sprintf("%s: %d indexes, %d of %d updates HOT", table, idx, hot, upd))
+	}
+	return strings.Join(out, "; "), nil
 }
 
 // serverCPU is the CPU time of every local postgres process (0 when none is seen).
