@@ -88,8 +88,9 @@ type PipelineItem[T any] struct {
 	// Run is the message's handler. Its context is the one given to Submit, cancelled
 	// with a *LeaseLostError cause if the claim is lost, and carries Info.
 	Run func(ctx context.Context) (T, error)
-	// Done receives the message's result once it is settled. It is called from the
-	// pipeline's goroutines, once, and should return quickly. A panic in Done is
+	// Done receives the message's result once it is settled. It is called once,
+	// from the pipeline's goroutines (from Submit itself for a message with an
+	// invalid key), and should return quickly. A panic in Done is
 	// recovered and logged at Error with the result it was given.
 	Done func(Result[T])
 }
