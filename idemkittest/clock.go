@@ -1,7 +1,6 @@
 package idemkittest
 
 import (
-	"reflect"
 	"sync"
 	"time"
 
@@ -42,9 +41,3 @@ func (c *Clock) Advance(d time.Duration) {
 	c.now = c.now.Add(d)
 }
 
-// isNilPointer reports whether v holds a nil pointer (a typed nil, which a
-// comparison of the interface with nil does not catch).
-func isNilPointer(v any) bool {
-	rv := reflect.ValueOf(v)
-	return rv.Kind() == reflect.Pointer && rv.IsNil()
-}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/internal/typednil"
 )
 
 // FaultStore is a consumer.Store that injects faults into the calls it passes
@@ -48,7 +49,7 @@ type armed struct {
 
 // NewFaultStore wraps store. It fails when store is nil.
 func NewFaultStore(store consumer.Store) (*FaultStore, error) {
-	if store == nil || isNilPointer(store) {
+	if store == nil || typednil.Is(store) {
 		return nil, errors.New("idemkittest: NewFaultStore: nil store: pass the store the faults are to hit")
 	}
 	return &FaultStore{inner: store, crashed: map[attempt]bool{}, owners: map[string]bool{}, byClaim: map[attempt]string{}}, nil

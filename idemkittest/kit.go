@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/internal/typednil"
 	"github.com/idemkit/idemkit/store/memory"
 )
 
@@ -167,7 +168,7 @@ func (k *Kit[T]) newEnv(s Scenario, run string) (*env, error) {
 			consumer.WithLogger(slog.New(slog.DiscardHandler)), memory.WithClock(e.clock))
 	} else {
 		e.inner, err = k.cfg.newStore(scope)
-		if err == nil && (e.inner == nil || isNilPointer(e.inner)) {
+		if err == nil && (e.inner == nil || typednil.Is(e.inner)) {
 			err = errors.New("the WithStore function returned a nil store")
 		}
 	}

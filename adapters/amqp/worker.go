@@ -16,6 +16,7 @@ import (
 	"github.com/idemkit/idemkit/consumer"
 	"github.com/idemkit/idemkit/internal/ordering"
 	"github.com/idemkit/idemkit/internal/retry"
+	"github.com/idemkit/idemkit/internal/typednil"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 )
 
@@ -81,7 +82,7 @@ func NewTypedWorker[V, T any](store consumer.Store, url string, topo Topology, d
 		o.apply(&cfg)
 	}
 	switch {
-	case store == nil || reflect.ValueOf(store).Kind() == reflect.Pointer && reflect.ValueOf(store).IsNil():
+	case store == nil || typednil.Is(store):
 		return nil, configError("nil store: pass a store from idemkit/store/redis, store/postgres, store/dynamodb or store/memory")
 	case url == "":
 		return nil, configError("empty broker URL: give amqp://user:pass@host:5672/")

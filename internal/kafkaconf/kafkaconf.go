@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/internal/typednil"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -64,7 +65,7 @@ func Apply[O comparable, C any](cfg *C, opts []O, apply func(O, *C), fail Config
 func Check[V, T any](store consumer.Store, decode func(*kgo.Record) (V, error),
 	handler func(ctx context.Context, v V, rec *kgo.Record) (T, error), sh Shared, fail ConfigError) error {
 	switch {
-	case store == nil || isNilPointer(store):
+	case store == nil || typednil.Is(store):
 		return fail("nil store: pass a store from idemkit/store/redis, store/postgres, store/dynamodb or store/memory")
 	case decode == nil:
 		return fail("nil decode function")
@@ -122,9 +123,4 @@ func ValueKey[V any](fn func(v V) (consumer.Key, error)) (KeyFunc, reflect.Type)
 		return nil, reflect.TypeFor[V]()
 	}
 	return func(_ *kgo.Record, v any) (consumer.Key, error) { return fn(v.(V)) }, reflect.TypeFor[V]()
-}
-
-func isNilPointer(v any) bool {
-	rv := reflect.ValueOf(v)
-	return rv.Kind() == reflect.Pointer && rv.IsNil()
 }

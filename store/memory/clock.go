@@ -1,10 +1,10 @@
 package memory
 
 import (
-	"reflect"
 	"time"
 
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/internal/typednil"
 )
 
 // Clock tells a Store the time: its leases, retention and record times all come
@@ -37,15 +37,8 @@ func clockOf(s consumer.Settings) (func() time.Time, error) {
 	switch {
 	case !ok:
 		return time.Now, nil
-	case v.c == nil || isNilPointer(v.c):
+	case v.c == nil || typednil.Is(v.c):
 		return nil, configError("nil clock: omit WithClock for the local clock")
 	}
 	return v.c.Now, nil
-}
-
-// isNilPointer reports whether v holds a nil pointer (a typed nil, which an
-// interface comparison with nil does not catch).
-func isNilPointer(v any) bool {
-	rv := reflect.ValueOf(v)
-	return rv.Kind() == reflect.Pointer && rv.IsNil()
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/internal/typednil"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -36,7 +37,7 @@ type queryRower interface {
 // completion row is there (whatever its age: a row past its retention that Reap
 // has not deleted yet still says the effect committed).
 func (c completionTable) Completed(ctx context.Context, scope string, key consumer.Key) ([]byte, bool, error) {
-	if c.db == nil || isNilPointer(c.db) {
+	if c.db == nil || typednil.Is(c.db) {
 		return nil, false, errors.New("postgres: Completions: nil database: give Completions a pool")
 	}
 	if err := key.Validate(); err != nil {

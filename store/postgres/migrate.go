@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/idemkit/idemkit/internal/typednil"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -53,7 +54,7 @@ func Migrations() ([]Migration, error) {
 // transaction, every shipped file not applied yet. Concurrent calls wait for each
 // other; a call on an up-to-date schema changes nothing.
 func Migrate(ctx context.Context, db Beginner) error {
-	if db == nil || isNilPointer(db) {
+	if db == nil || typednil.Is(db) {
 		return errors.New("postgres: Migrate: nil database")
 	}
 	ms, err := Migrations()

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/internal/typednil"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -65,7 +66,7 @@ const partitionLock int64 = 0x6964656d6b697402
 // windows). A write for which no partition exists fails with an error naming this
 // function.
 func MaintainPartitions(ctx context.Context, db Beginner, p Partitioning) (made, dropped []string, err error) {
-	if db == nil || isNilPointer(db) {
+	if db == nil || typednil.Is(db) {
 		return nil, nil, errors.New("postgres: MaintainPartitions: nil database")
 	}
 	if p.Window == 0 {

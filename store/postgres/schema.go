@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/internal/typednil"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -82,7 +83,7 @@ func notMigratedOutage(err error) error {
 // when the table or a column is missing, and a *consumer.StoreError when the
 // database cannot be reached. It reads no row.
 func Check(ctx context.Context, db Beginner) error {
-	if db == nil || isNilPointer(db) {
+	if db == nil || typednil.Is(db) {
 		return errors.New("postgres: Check: nil database")
 	}
 	tx, err := db.Begin(ctx)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/internal/typednil"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -54,7 +55,7 @@ var _ consumer.Store = (*Store)(nil)
 // consumer options (WithScope, WithLease, WithRetention, WithMaxAttempts, ...); the
 // prefix option is accepted and unused.
 func NewStore(db DB, opts ...consumer.Option) (*Store, error) {
-	if db == nil || isNilPointer(db) {
+	if db == nil || typednil.Is(db) {
 		return nil, errors.New("postgres: NewStore: nil database")
 	}
 	s, err := consumer.NewSettings(opts...)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/internal/typednil"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -107,7 +108,7 @@ func InTx[T any](ctx context.Context, db Beginner, fn func(ctx context.Context, 
 	if err != nil {
 		return zero, err
 	}
-	if db == nil || isNilPointer(db) {
+	if db == nil || typednil.Is(db) {
 		return zero, errors.New("postgres: InTx: nil database")
 	}
 	if fn == nil {
@@ -300,7 +301,7 @@ func sqlIsolation(l pgx.TxIsoLevel) sql.IsolationLevel {
 func Reap(ctx context.Context, db interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }, limit int) (int64, error) {
-	if db == nil || isNilPointer(db) {
+	if db == nil || typednil.Is(db) {
 		return 0, errors.New("postgres: Reap: nil database")
 	}
 	if limit < 1 {

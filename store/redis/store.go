@@ -2,12 +2,12 @@ package redis
 
 import (
 	"context"
-	"reflect"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/internal/typednil"
 	"github.com/idemkit/idemkit/lua"
 	goredis "github.com/redis/go-redis/v9"
 )
@@ -36,7 +36,7 @@ var _ consumer.Store = (*Store)(nil)
 // Redis; claims fail closed until it answers; call Check to wait for it). Scripts
 // are loaded on first use and reloaded whenever the server has lost them.
 func NewStore(client goredis.UniversalClient, opts ...consumer.Option) (*Store, error) {
-	if client == nil || nilPointer(client) {
+	if client == nil || typednil.Is(client) {
 		return nil, configError("nil Redis client: pass a *redis.Client, *redis.ClusterClient or redis.NewUniversalClient(...)")
 	}
 	s, err := consumer.NewSettings(opts...)
@@ -56,13 +56,6 @@ func NewStore(client goredis.UniversalClient, opts ...consumer.Option) (*Store, 
 		return nil, err
 	}
 	return r, nil
-}
-
-// nilPointer reports whether v holds a nil pointer: a typed-nil client (the
-// value an ignored constructor error leaves) is no client.
-func nilPointer(v any) bool {
-	rv := reflect.ValueOf(v)
-	return rv.Kind() == reflect.Pointer && rv.IsNil()
 }
 
 // Settings returns the store's resolved options (zero Settings on a nil store,
