@@ -81,7 +81,9 @@ func testStartMarksOwnClaim(t *testing.T, f Factory) {
 // before its handler starts, so that a message that kills its worker every time
 // uses its attempts up; a fresh claim's handler runs uncounted until it settles.
 func testTakenOverClaimsRunCounted(t *testing.T, f Factory) {
-	lease := 100 * time.Millisecond
+	// The handlers below read the store while their claims live: a lease of a
+	// second keeps them renewed on a slow server (100 ms ran out on a loaded one).
+	lease := time.Second
 	s := must(t, f, consumer.WithLease(lease))
 	ctx := context.Background()
 	fresh, taken := key("run", "fresh"), key("run", "taken")
