@@ -2,11 +2,14 @@ package kafkashare_test
 
 import (
 	"context"
+	"encoding/binary"
 	"log/slog"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/idemkit/idemkit/adapters/kafkashare"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -15,15 +18,17 @@ import (
 
 // brokerLog is what the broker of a one-partition test receives, in the order it
 // receives it: each terminal acknowledgement per offset (renewals left out) and
-// each produce request that carries records.
+// each record produced, with the offset its idemkit-original-offset header names
+// (-1 without one, or in a compressed batch: give the adapter's clients
+// kgo.ProducerBatchCompression(kgo.NoCompression()) to read them).
 type brokerLog struct {
 	mu     sync.Mutex
 	events []brokerEvent
 }
 
 type brokerEvent struct {
-	produce bool          // a produce request; else an acknowledgement
-	offset  int64         // the acknowledged record's
+	produce bool          // a record produced; else an acknowledgement
+	offset  int64         // the acknowledged record's, or the one a produced copy names
 	status  kgo.AckStatus // accept, release or reject
 }
 
@@ -53,8 +58,8 @@ func watchBroker(c *kfake.Cluster) *brokerLog {
 		case *kmsg.ProduceRequest:
 			for _, t := range r.Topics {
 				for _, p := range t.Partitions {
-					if len(p.Records) > 0 {
-						b.events = append(b.events, brokerEvent{produce: true})
+					for _, off := range copiedOffsets(p.Records) {
+						b.events = append(b.events, brokerEvent{produce: true, offset: off})
 					}
 				}
 			}
@@ -97,20 +102,71 @@ func (b *brokerLog) statuses(offset int64) []kgo.AckStatus {
 	return out
 }
 
-// produced returns how many produce requests with records the broker received,
-// and the position of the first among all events (-1 without one).
-func (b *brokerLog) produced() (n, first int) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	first = -1
-	for i, e := range b.events {
-		if e.produce {
-			if n++; first < 0 {
-				first = i
+// copiedOffsets returns, for each record of the record batches in raw, the
+// offset its idemkit-original-offset header names (-1 without one or when the
+// batch is compressed).
+func copiedOffsets(raw []byte) []int64 {
+	var out []int64
+	for len(raw) >= 12 {
+		var batch kmsg.RecordBatch
+		if err := batch.ReadFrom(raw); err != nil {
+			return append(out, -1)
+		}
+		raw = raw[min(len(raw), 12+int(batch.Length)):]
+		if batch.Attributes&0x07 != 0 {
+			for range batch.NumRecords {
+				out = append(out, -1)
 			}
+			continue
+		}
+		recs := batch.Records
+		for range batch.NumRecords {
+			n, w := binary.Varint(recs)
+			if w <= 0 || len(recs) < w+int(n) {
+				return append(out, -1)
+			}
+			var r kmsg.Record
+			off := int64(-1)
+			if r.ReadFrom(recs[:w+int(n)]) == nil {
+				for _, h := range r.Headers {
+					if h.Key == kafkashare.HeaderOriginalOffset {
+						if v, err := strconv.ParseInt(string(h.Value), 10, 64); err == nil {
+							off = v
+						}
+					}
+				}
+			}
+			out = append(out, off)
+			recs = recs[w+int(n):]
 		}
 	}
-	return n, first
+	return out
+}
+
+// produced returns how many records the broker was sent.
+func (b *brokerLog) produced() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for _, e := range b.events {
+		if e.produce {
+			n++
+		}
+	}
+	return n
+}
+
+// copied returns the position among all events of the first copy of offset (-1
+// without one).
+func (b *brokerLog) copied(offset int64) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i, e := range b.events {
+		if e.produce && e.offset == offset {
+			return i
+		}
+	}
+	return -1
 }
 
 // position returns where the first status acknowledgement of offset is among all
