@@ -140,12 +140,13 @@ func TestNearDeliveryLimit(t *testing.T) {
 					t.Fatalf("the failing record settled %q on delivery %d, want success from %d", last.Reason, last.DeliveryCount, tc.succeedFrom)
 				}
 			}
-			// The engine's handler events carry the broker's delivery count.
-			hc := acts.handlerCounts
+			// The engine's handler and outcome events carry the broker's delivery count.
+			hc, oc := acts.handlerCounts, acts.outcomeCounts
 			ranLast := tc.wantKind != "EXHAUSTED"
-			if !slices.IsSorted(hc) || len(hc) != int(runs.Load()+fine.Load()) || (ranLast && hc[len(hc)-1] != last.DeliveryCount) {
-				t.Fatalf("handler events' delivery counts %v for %d runs; want one per run, rising, the last %d",
-					hc, runs.Load()+fine.Load(), last.DeliveryCount)
+			if !slices.IsSorted(hc) || len(hc) != int(runs.Load()+fine.Load()) || (ranLast && hc[len(hc)-1] != last.DeliveryCount) ||
+				!slices.IsSorted(oc) || oc[len(oc)-1] != last.DeliveryCount {
+				t.Fatalf("handler events' delivery counts %v for %d runs, outcome events' %v; want one per run, rising, the last %d",
+					hc, runs.Load()+fine.Load(), oc, last.DeliveryCount)
 			}
 
 			// The dead letter: written before the broker saw the ACCEPT, exactly one,

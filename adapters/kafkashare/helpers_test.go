@@ -230,6 +230,7 @@ type actions struct {
 	dead     int
 	// the delivery counts the engine's handler events carried, in order of start
 	handlerCounts []int32
+	outcomeCounts []int32                       // the delivery counts the engine's outcome events carried
 	terminal      []kafkashare.ShareActionEvent // every acknowledgement but renewals, in order
 	nearEvents    []kafkashare.ShareActionEvent // DeliveryLimitHook's, in order
 }
@@ -274,6 +275,12 @@ func (a *actions) OnHandlerStart(e consumer.HandlerEvent) {
 }
 
 func (a *actions) OnHandlerEnd(consumer.HandlerEvent) {}
+
+func (a *actions) OnOutcome(e consumer.OutcomeEvent) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.outcomeCounts = append(a.outcomeCounts, e.DeliveryCount)
+}
 
 func (a *actions) OnDeadLetter(consumer.DeadLetterEvent) {
 	a.mu.Lock()
