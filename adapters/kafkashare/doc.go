@@ -40,7 +40,8 @@
 //	SUCCESS; DUPLICATE of a completed key      ACCEPT
 //	permanent error, EXHAUSTED, CONFLICT,      produce idemkit's dead-letter copy (confirmed
 //	undecodable, no usable key, DUPLICATE of   by the broker), then ACCEPT; with
-//	a key that failed for good                 WithBrokerDeadLetter: REJECT instead
+//	a key that failed for good                 WithBrokerDeadLetter: REJECT, and no copy
+//	                                           of idemkit's (the broker archives it)
 //	IN_PROGRESS (another owner's live claim)   hold, renewing the lock (RENEW), and look
 //	                                           again when the claim may have ended; RELEASE
 //	                                           after WithBusyHold (1 minute). A busy key

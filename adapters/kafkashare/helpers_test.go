@@ -42,11 +42,18 @@ func shareCluster(t *testing.T, partitions int32, topics ...string) []string {
 // shareKfake is shareCluster, with the cluster for fault injection.
 func shareKfake(t *testing.T, partitions int32, topics ...string) ([]string, *kfake.Cluster) {
 	t.Helper()
+	return shareKfakeLimit(t, 5, partitions, topics...)
+}
+
+// shareKfakeLimit is shareKfake with another delivery limit (kfake takes it from
+// the broker's config only, not from the group's).
+func shareKfakeLimit(t *testing.T, limit int, partitions int32, topics ...string) ([]string, *kfake.Cluster) {
+	t.Helper()
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, topics...),
 		kfake.BrokerConfigs(map[string]string{
 			"group.share.record.lock.duration.ms": strconv.Itoa(lockMS),
 			"share.record.lock.sweep.interval.ms": "100",
-			"group.share.delivery.count.limit":    "5",
+			"group.share.delivery.count.limit":    strconv.Itoa(limit),
 		}))
 	if err != nil {
 		t.Fatal(err)
@@ -223,6 +230,9 @@ type actions struct {
 	dead     int
 	// the delivery counts the engine's handler events carried, in order of start
 	handlerCounts []int32
+	outcomeCounts []int32                       // the delivery counts the engine's outcome events carried
+	terminal      []kafkashare.ShareActionEvent // every acknowledgement but renewals, in order
+	nearEvents    []kafkashare.ShareActionEvent // DeliveryLimitHook's, in order
 }
 
 func newActions() *actions {
@@ -233,6 +243,9 @@ func (a *actions) OnShareAction(e kafkashare.ShareActionEvent) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.byReason[e.Status.String()+"/"+e.Reason]++
+	if e.Status != kgo.AckRenew {
+		a.terminal = append(a.terminal, e)
+	}
 	if e.DeliveryCount > a.maxCount[e.Offset] {
 		a.maxCount[e.Offset] = e.DeliveryCount
 	}
@@ -248,10 +261,11 @@ func (a *actions) OnShareAck(e kafkashare.ShareAckEvent) {
 	}
 }
 
-func (a *actions) OnDeliveryLimitNear(kafkashare.ShareActionEvent) {
+func (a *actions) OnDeliveryLimitNear(e kafkashare.ShareActionEvent) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.near++
+	a.nearEvents = append(a.nearEvents, e)
 }
 
 func (a *actions) OnHandlerStart(e consumer.HandlerEvent) {
@@ -261,6 +275,12 @@ func (a *actions) OnHandlerStart(e consumer.HandlerEvent) {
 }
 
 func (a *actions) OnHandlerEnd(consumer.HandlerEvent) {}
+
+func (a *actions) OnOutcome(e consumer.OutcomeEvent) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.outcomeCounts = append(a.outcomeCounts, e.DeliveryCount)
+}
 
 func (a *actions) OnDeadLetter(consumer.DeadLetterEvent) {
 	a.mu.Lock()

@@ -215,21 +215,32 @@ func (p *poll[V, T]) renewer(stop <-chan struct{}) {
 }
 
 // start decodes r's value and takes its key; a record that cannot run is
-// dead-lettered.
+// dead-lettered. A record near its delivery limit is reported once its key is
+// known (DeliveryLimitHook's event carries it).
 func (p *poll[V, T]) start(h *held[V]) {
-	c := p.c
-	if h.count >= c.cfg.deliveryLimit-1 {
-		c.log.Warn("kafkashare: record near its delivery limit; at the limit the broker archives it",
+	v, kind, err := p.prepare(h)
+	if h.count >= p.c.cfg.deliveryLimit-1 {
+		p.c.log.Warn("kafkashare: record near its delivery limit; at the limit the broker archives it",
 			"topic", h.rec.Topic, "partition", h.rec.Partition, "offset", h.rec.Offset,
-			"delivery_count", h.count, "limit", c.cfg.deliveryLimit)
-		c.reportNearLimit(h)
+			"delivery_count", h.count, "limit", p.c.cfg.deliveryLimit)
+		p.c.reportNearLimit(h)
 	}
-	v, err := c.decode(h.rec)
 	if err != nil {
-		p.copyLater(h, "UNDECODABLE", 0, consumer.Error, err)
+		p.copyLater(h, kind, 0, consumer.Error, err)
 		return
 	}
 	h.v = v
+	p.submit(h)
+}
+
+// prepare decodes h's value and sets its key; on failure it returns the
+// dead-letter kind (UNDECODABLE, NO_KEY) and the reason.
+func (p *poll[V, T]) prepare(h *held[V]) (V, string, error) {
+	c := p.c
+	v, err := c.decode(h.rec)
+	if err != nil {
+		return v, "UNDECODABLE", err
+	}
 	key := c.headerKey(h.rec)
 	if c.cfg.KeyFunc != nil {
 		key, err = c.cfg.KeyFunc(h.rec, v)
@@ -239,10 +250,9 @@ func (p *poll[V, T]) start(h *held[V]) {
 	}
 	h.key = key
 	if err != nil {
-		p.copyLater(h, "NO_KEY", 0, consumer.Error, err)
-		return
+		return v, "NO_KEY", err
 	}
-	p.submit(h)
+	return v, "", nil
 }
 
 // submit hands h to the pipeline; its context is cancelled when its lock is

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"strconv"
 	"strings"
@@ -28,6 +29,10 @@ const (
 	envRedis   = "IDEMKIT_TEST_REDIS"
 	envPrefix  = "IDEMKIT_TEST_PREFIX"
 	envTrap    = "IDEMKIT_TEST_TRAP" // effects after which the member's handlers block before their effect
+	// The member commits its effects with postgres.InTx in this database and
+	// schema instead of the Redis ledger (randomkill_test.go).
+	envPostgres = "IDEMKIT_TEST_POSTGRES"
+	envSchema   = "IDEMKIT_TEST_SCHEMA"
 )
 
 func statsKey(prefix, member string) string { return "{" + prefix + "}:share-stats:" + member }
@@ -39,7 +44,11 @@ func helperMain() bool {
 	if name == "" {
 		return false
 	}
-	if err := runMember(name); err != nil {
+	run := runMember
+	if os.Getenv(envPostgres) != "" {
+		run = runTxMember
+	}
+	if err := run(name); err != nil {
 		fmt.Fprintln(os.Stderr, "member:", err)
 		os.Exit(1)
 	}
@@ -131,6 +140,16 @@ func runMember(name string) error {
 
 func frozenKey(prefix, member string) string { return "{" + prefix + "}:frozen:" + member }
 
+// startMember runs this test binary as the share-group member name of group
+// "billing" on topic "payments", with its statistics under prefix in the test's
+// Redis, and env added (envTrap, envPostgres...). It is killed and reaped when t
+// ends.
+func startMember(t *testing.T, brokers []string, prefix, name string, env ...string) *exec.Cmd {
+	t.Helper()
+	return testenv.StartSelf(t, append([]string{envMember + "=" + name, envBrokers + "=" + strings.Join(brokers, ","),
+		envRedis + "=" + testenv.RedisAddr(t), envPrefix + "=" + prefix}, env...)...)
+}
+
 func stats(t *testing.T, rdb *redis.Client, prefix, member string) map[string]int {
 	t.Helper()
 	all, err := rdb.HGetAll(context.Background(), statsKey(prefix, member)).Result()
@@ -164,8 +183,7 @@ func TestShareMembersKilledAndStopped(t *testing.T) {
 	book := testenv.NewLedger(rdb, prefix)
 	events := produce(t, brokers, "payments", n, 0.2)
 	member := func(name string, trap int) *os.Process {
-		return testenv.StartSelf(t, envMember+"="+name, envBrokers+"="+strings.Join(brokers, ","),
-			envRedis+"="+testenv.RedisAddr(t), envPrefix+"="+prefix, envTrap+"="+strconv.Itoa(trap)).Process
+		return startMember(t, brokers, prefix, name, envTrap+"="+strconv.Itoa(trap)).Process
 	}
 	killed, stopped, survivor := member("killed", n/40), member("stopped", n/40), member("survivor", 0)
 	testenv.Eventually(t, 120*time.Second, "the two doomed members to freeze mid-run, holding claimed records", func() bool {
