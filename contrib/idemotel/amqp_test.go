@@ -276,3 +276,55 @@ func withoutDeaths(h amqp091.Table) amqp091.Table {
 	}
 	return out
 }
+
+// An ordered RabbitMQ worker retries in place, without a copy: the dead letter
+// of a delivery that ran twice carries the span of its last run.
+func TestAMQPOrderedDeadLetterCarriesTheLastRun(t *testing.T) {
+	url := testenv.AMQP(t)
+	tr, exp, _ := newTracer(t)
+	counts := &amqpCounts{}
+	store := memStore(t, consumer.WithScope("fulfilment"), consumer.WithMaxAttempts(2), consumer.WithObserver(tr, counts))
+	topo := amqpTopology(t, url)
+	var runs atomic.Int64
+	w, err := idemamqp.NewWorker(store, url, topo, func(ctx context.Context, d amqp091.Delivery) (int, error) {
+		runs.Add(1)
+		return 0, errors.New("warehouse API timed out")
+	}, idemamqp.WithOrdering(idemamqp.ByKeyHeader("account")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	prod, ph := producer(8)
+	amqpSend(t, url, topo.Queue, amqp091.Publishing{MessageId: "poison", Body: []byte("order"),
+		Headers: amqp091.Table{"traceparent": ph.Get("traceparent"), "account": "acme"}})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	testenv.Eventually(t, 30*time.Second, "the delivery dead-lettered and acked", func() bool {
+		return counts.dead.Load() == 1 && counts.acked.Load() == 1
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	spans := exp.GetSpans()
+	if runs.Load() != 2 || len(spans) != 2 || counts.retries.Load() != 1 || counts.dead.Load() != 1 || counts.acked.Load() != 1 {
+		t.Fatalf("%d runs, %d spans, %d retries in place, %d dead letters, %d acked; want 2, 2, 1, 1 and 1",
+			runs.Load(), len(spans), counts.retries.Load(), counts.dead.Load(), counts.acked.Load())
+	}
+	last := spans[1]
+	if attrs(last)[idemotel.AttemptKey] != "2" {
+		last = spans[0]
+	}
+	for _, s := range spans {
+		if got := linked(s); !got.Equal(prod) {
+			t.Errorf("attempt %s linked to %v, want the producer's span %v", attrs(s)[idemotel.AttemptKey], got, prod)
+		}
+	}
+	dead := amqpDrain(t, url, topo.DeadLetterQueue)
+	h := dead["poison"].Headers
+	if len(dead) != 1 || h["traceparent"] != traceparent(last.SpanContext) || h[idemamqp.HeaderKind] != "EXHAUSTED" ||
+		h[idemamqp.HeaderAttempts] != int32(2) || h["account"] != "acme" {
+		t.Fatalf("%d dead letters, headers %v; want one with the last run's traceparent %s, EXHAUSTED after 2 attempts",
+			len(dead), h, traceparent(last.SpanContext))
+	}
+}
