@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/internal/copytrace"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 )
 
@@ -57,7 +58,8 @@ func (f *flow[V, T]) quiet(ctx context.Context) bool {
 func (f *flow[V, T]) retry(ctx context.Context, m *delivery[V, T], attempts int, delay time.Duration, r consumer.Result[T]) {
 	w, d := f.w, &m.d
 	queue := w.topo.RetryQueue(delay)
-	extra := amqp091.Table{HeaderAttempts: int32(attempts)}
+	extra := w.traced(m)
+	extra[HeaderAttempts] = int32(attempts)
 	if _, ok := d.Headers[HeaderOriginalRouting]; !ok {
 		extra[HeaderOriginalExch], extra[HeaderOriginalRouting] = d.Exchange, d.RoutingKey
 	}
@@ -78,10 +80,9 @@ func (f *flow[V, T]) deadLetter(ctx context.Context, m *delivery[V, T], attempts
 	if reason != nil {
 		text = consumer.CapText(reason.Error(), MaxErrorHeader)
 	}
-	extra := amqp091.Table{
-		HeaderAttempts: int32(attempts), HeaderReason: text, HeaderOutcome: o.String(), HeaderKind: kind,
-		HeaderKey: string(key), HeaderOriginalQueue: w.topo.Queue,
-	}
+	extra := w.traced(m)
+	extra[HeaderAttempts], extra[HeaderReason], extra[HeaderOutcome], extra[HeaderKind] = int32(attempts), text, o.String(), kind
+	extra[HeaderKey], extra[HeaderOriginalQueue] = string(key), w.topo.Queue
 	if _, ok := d.Headers[HeaderOriginalRouting]; !ok {
 		extra[HeaderOriginalExch], extra[HeaderOriginalRouting] = d.Exchange, d.RoutingKey
 	}
@@ -95,6 +96,26 @@ func (f *flow[V, T]) deadLetter(ctx context.Context, m *delivery[V, T], attempts
 	w.reportDeadLetter(consumer.DeadLetterEvent{Key: key, Origin: w.origin(d), Kind: kind, Err: reason,
 		Destination: w.topo.DeadLetterQueue, BodyLess: bodyLess})
 	f.ack(d.DeliveryTag)
+}
+
+// traced returns the headers a copy of m starts from: the trace context the
+// store's tracers write (copytrace.Inject) for its handler's last run, so the copy
+// carries that execution's span, or, when no handler ran (an undecodable delivery,
+// one without a key, a key in progress elsewhere, a store outage), for the
+// delivery itself, so the copy carries the delivered message's own trace context.
+// They replace the message's headers of the same names in the copy, and the
+// idemkit headers are set over them.
+func (w *Worker[V, T]) traced(m *delivery[V, T]) amqp091.Table {
+	extra := amqp091.Table{}
+	if !w.hooks.trace {
+		return extra
+	}
+	ctx := m.hctx
+	if ctx == nil {
+		ctx = m.ctx
+	}
+	copytrace.Inject(ctx, w.obs, func(k, v string) { extra[k] = v })
+	return extra
 }
 
 // failed ends the session over err, unless err is the end of the shutdown grace:

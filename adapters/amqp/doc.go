@@ -145,4 +145,22 @@
 // dead-letter copy the broker confirmed (DeadLetterHook, with the reason as Err,
 // also for deliveries that could not run), each acknowledgement (AckHook), and
 // each lost session, before it reconnects, and its return (PauseHook).
+//
+// # Trace context of the copies
+//
+// A retry copy carries the delivered message's headers and properties, plus
+// x-idemkit-attempts and the original exchange and routing key; a dead-letter copy
+// the same plus the headers listed above (a body-less one: the idemkit headers
+// only). When a tracer is among the store's observers (consumer.TraceHook, such as
+// contrib/idemotel's Tracer), it writes the trace context of the copy's delivery
+// into the copy with its propagator, over the message's headers of the same names:
+// the span of the delivery's last handler run when its handler ran, so that the
+// next attempt's span links to the attempt before it and a dead letter points at
+// the run that failed; the delivered message's own trace context when no handler
+// ran (an undecodable delivery, one without a key, a key in progress elsewhere, a
+// store outage, a DUPLICATE of a failed key). The idemkit headers are set after
+// it, so a tracer never changes them. A trace header the tracer cannot read (not a
+// string, or malformed) changes nothing else: the copy is made, with the header
+// as it came unless the tracer writes one of its own. Without a tracer, the
+// message's own trace headers travel with the copy as every other header does.
 package amqp

@@ -15,7 +15,9 @@ import (
 
 // hooks says which of the worker's own events some observer takes, so that no
 // event is built for nobody.
-type hooks struct{ retry, deadLetter, ack, pause bool }
+// trace: some observer is a tracer (consumer.TraceHook), which writes the trace
+// context of the retry and dead-letter copies.
+type hooks struct{ retry, deadLetter, ack, pause, trace bool }
 
 func hooksOf(obs []consumer.Observer) hooks {
 	var h hooks
@@ -24,7 +26,9 @@ func hooksOf(obs []consumer.Observer) hooks {
 		_, d := o.(consumer.DeadLetterHook)
 		_, a := o.(consumer.AckHook)
 		_, p := o.(consumer.PauseHook)
+		_, t := o.(consumer.TraceHook)
 		h.retry, h.deadLetter, h.ack, h.pause = h.retry || r, h.deadLetter || d, h.ack || a, h.pause || p
+		h.trace = h.trace || t
 	}
 	return h
 }

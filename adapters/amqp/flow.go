@@ -49,6 +49,7 @@ type delivery[V, T any] struct {
 	lane string          // its lane; "" unordered
 	ctx  context.Context // the session's, holding msg
 	msg  observe.Message // its headers and origin, for events and tracers
+	hctx context.Context // its handler's context in its last run (the span its copies carry); nil before one
 
 	// Ordered only: what it went through waiting in its lane.
 	tries   int // handler failures retried in place (attempts)
@@ -56,6 +57,7 @@ type delivery[V, T any] struct {
 }
 
 func (m *delivery[V, T]) run(ctx context.Context) (T, error) {
+	m.hctx = ctx // read once the engine settled this run (Done), or by a later run of its lane
 	var v V
 	if m.v != nil {
 		v = *m.v
@@ -158,16 +160,16 @@ func (f *flow[V, T]) take(d *amqp091.Delivery) error {
 		}
 		m.lane, err = w.cfg.ordering.lane(&m.d, v, string(m.key))
 	}
+	m.msg = observe.Message{Headers: table(m.d.Headers), Origin: observe.Origin{Queue: w.topo.Queue, DeliveryTag: m.d.DeliveryTag}}
+	m.ctx = observe.WithMessage(f.ctx, &m.msg)
 	if err != nil {
 		kind := "UNDECODABLE"
 		if errors.Is(err, ErrNoKey) {
 			kind = "NO_KEY"
 		}
-		f.spawn(func() { f.deadLetter(f.ctx, m, attemptsOf(&m.d)+1, kind, consumer.Error, err) })
+		f.spawn(func() { f.deadLetter(m.ctx, m, attemptsOf(&m.d)+1, kind, consumer.Error, err) })
 		return nil
 	}
-	m.msg = observe.Message{Headers: table(m.d.Headers), Origin: observe.Origin{Queue: w.topo.Queue, DeliveryTag: m.d.DeliveryTag}}
-	m.ctx = observe.WithMessage(f.ctx, &m.msg)
 	if m.lane != "" && !w.lanes.Push(m.lane, m) {
 		return nil // its lane's turn comes when the deliveries before it are done
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/internal/copytrace"
 	"github.com/idemkit/idemkit/internal/observe"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -55,7 +56,7 @@ func (c *Consumer[V, T]) reportPause(topic string, err error) {
 }
 
 // injectTrace writes the trace context of ctx into a produced copy's headers
-// through set, with every consumer.TraceHook of the store.
+// through set, with every consumer.TraceHook of the store (copytrace.Inject).
 func (c *Consumer[V, T]) injectTrace(ctx context.Context, set func(key, value string)) {
-	observe.Each(c.s.Observers, func(h consumer.TraceHook) { h.Inject(ctx, set) })
+	copytrace.Inject(ctx, c.s.Observers, set)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/internal/copytrace"
 	"github.com/idemkit/idemkit/internal/kafkadl"
 	"github.com/idemkit/idemkit/internal/observe"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -106,5 +107,5 @@ func (c *Consumer[V, T]) reportRetry(e consumer.RetryEvent) {
 }
 
 func (c *Consumer[V, T]) injectTrace(ctx context.Context, set func(key, value string)) {
-	observe.Each(c.s.Observers, func(x consumer.TraceHook) { x.Inject(ctx, set) })
+	copytrace.Inject(ctx, c.s.Observers, set)
 }

@@ -73,11 +73,16 @@
 // trace. WithProducerAsParent(true) makes it the span's parent instead. The
 // producer's baggage, if any, is put in the handler's context.
 //
-// Inject (consumer.TraceHook: adapters call it for the dead-letter copies they
-// produce) writes the trace context of the given context, that
-// of the execution's span when called with the handler's context, into the
-// copy's headers with the same propagator; called with a context without a span,
-// it writes the delivered message's own trace context, if its headers had one.
+// Inject (consumer.TraceHook: adapters call it for the copies they produce: the
+// dead-letter copies, and the RabbitMQ worker's delayed-retry copies) writes the
+// trace context of the given context, that of the execution's span when called
+// with the handler's context, into the copy's headers with the same propagator;
+// called with a context without a span, it writes the delivered message's own
+// trace context, if its headers had one. The RabbitMQ worker calls it with the
+// context of the delivery's last handler run, so a retried delivery's span links to
+// the attempt before it and a dead letter carries the run that failed; without a
+// handler run (an undecodable delivery, a key in progress elsewhere), and in the
+// Kafka adapters, with the delivered message's.
 //
 // Spans are correlated with their outcome by scope, key and fence: when two
 // executions of one key overlap in one process (one holds the claim, the other
