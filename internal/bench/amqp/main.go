@@ -11,13 +11,13 @@
 //   - stall: the same with one message's handler blocked for 5 s: the time until
 //     every other message settled, against the 2 ms lane's, which runs once before
 //     and once after it (the two runs' ratio shows the machine's drift);
-//   - stall, paired: the 2 ms lane and the stall lane run at the same time, each
-//     on its own queue, so that the machine's noise falls on both: the time until
-//     every other message settled in the stall lane against the 2 ms lane's;
+//   - stall, both at once: the 2 ms lane and the stall lane run at the same time,
+//     each on its own queue, so that the machine's noise falls on both: the time
+//     until every other message settled in the stall lane against the 2 ms lane's;
 //   - ordered: the 2 ms worker ordered by a header (WithOrdering(ByKeyHeader)),
 //     over 1,000 keys, against the unordered 2 ms lane;
 //   - stall, paired slices (the figure judged): the 2 ms lane and the stall lane
-//     in -pairs pairs of adjacent slices, see below.
+//     in -pairs pairs of adjacent runs, see below.
 //
 // Stall isolation asks what one stalled message costs the others: behind a
 // stalled delivery tag the worker can no longer ack a run of deliveries with one
@@ -26,20 +26,24 @@
 // before and after the stall lane has differed 0.41-1.18x, more than the 1.2x
 // target, so the one-after-the-other ratio says more about the machine than about
 // the worker. Both lanes at once share the noise but also the two cores, so each
-// slows the other. The paired slices run each lane as the table runs it (n
-// messages on a fresh queue, the stalled message at n/3, the same handler and
-// options, its queue filled right before it runs), the two runs of a pair one
-// right after the other, the pairs alternating which lane goes first (A B, B A,
-// ...). Filling both queues of a pair before either ran made whichever ran first
-// 1.4-1.7x slower (the broker still busy with the fill): a run must meet the
-// broker as the other lane's run does. Each pair gives one ratio, the time until every other message
-// settled in the stall lane over the time until every message settled in the 2 ms
-// lane, each counted from the start of Run to the settlement that completed it;
-// the figure judged is the median of a repetition's pair ratios, printed beside
-// every pair's ratio, the ratio of the sums, and the two older figures. In the
-// slices the stalled handler is released as soon as the others settled (after
-// -stall at the latest): the part measured is the same, and a slice does not
-// idle through the rest of the stall.
+// slows the other and the ratio leans toward 1.
+//
+// The paired slices run each lane as the table runs it (n messages on a fresh
+// queue filled right before the run, as the table's lanes are, the stalled
+// message at n/3, the same handler and options), the two runs of a pair one right
+// after the other, the pairs alternating which lane goes first (A B, B A, ...), so
+// that a drift slower than a pair falls on both sides of its ratio and an order
+// effect on both sides of the median. Each pair gives one ratio: the time until
+// every other message settled in the stall lane over the time until every message
+// settled in the 2 ms lane, each counted from the start of Run to the settlement
+// that completed it (noted by the store's observer). The figure judged is the
+// median of a repetition's pair ratios; beside it are every pair's ratio, the
+// ratio of the sums, the two older figures, and per pair the CPU per message of
+// this process and of all three processes and this process's write calls per
+// message (the single acks show there, whatever the machine's speed does to the
+// times). In the slices the stalled handler is released as soon as the others
+// settled (after -stall at the latest): the part measured is the same, and a run
+// does not idle through the rest of the stall.
 //
 // CPU per message from /proc: this process, redis-server (server us/msg) and, when
 // the broker runs on this machine, beam.smp (in the paired slices from its
@@ -309,16 +313,9 @@ func run(n, reps, pairs int, stall time.Duration) error {
 	return nil
 }
 
-// stallSlices runs the 2 ms lane and the stall lane in pairs of adjacent slices,
-// each slice one run of the lane as the table runs it (n messages on a fresh
-// queue filled right before it, the stalled message at n/3), the pairs in the
-// order A B, B A, A B, ...; it prints every pair's ratio of
-// the time until every other message settled in the stall lane to the time until
-// every message settled in the 2 ms lane, their median (the figure judged), the
-// ratio of the sums, both lanes' CPU per message, and every pair's ratio of the
-// CPU per message of the three processes (this one, redis-server, the broker) with
-// their median: what acking singly behind the stalled tag costs, whatever the
-// machine's speed does to the times.
+// stallSlices runs the 2 ms lane and the stall lane in pairs of adjacent runs
+// (see the package doc) and prints every pair's figures, their medians, the ratio
+// of the sums and both lanes' totals.
 func (b *bench) stallSlices(pairs int, stall time.Duration) error {
 	if pairs < 1 {
 		return nil
