@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -164,4 +165,57 @@ func Verdict(ok bool) string {
 		return "met"
 	}
 	return "MISSED"
+}
+
+// Median is the median of v (0 when v is empty); v is not changed.
+func Median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// Mean is the mean of v (0 when v is empty).
+func Mean(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	var t float64
+	for _, x := range v {
+		t += x
+	}
+	return t / float64(len(v))
+}
+
+// SchedCPU is the CPU time of every thread of process pid from the scheduler's
+// own count in nanoseconds (/proc/<pid>/task/<tid>/schedstat), finer than
+// CPUTime's 10 ms ticks; 0 when pid < 0 or the kernel does not keep it. Threads
+// that exited between two reads drop out of the second: read it around work of
+// a process whose threads live on (a broker, a server).
+func SchedCPU(pid int) time.Duration {
+	if pid < 0 {
+		return 0
+	}
+	dir := "/proc/" + strconv.Itoa(pid) + "/task/"
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return 0
+	}
+	var total int64
+	for _, t := range tasks {
+		b, err := os.ReadFile(dir + t.Name() + "/schedstat")
+		if err != nil {
+			continue
+		}
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			n, _ := strconv.ParseInt(f[0], 10, 64)
+			total += n
+		}
+	}
+	return time.Duration(total)
 }

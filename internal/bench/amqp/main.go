@@ -11,14 +11,43 @@
 //   - stall: the same with one message's handler blocked for 5 s: the time until
 //     every other message settled, against the 2 ms lane's, which runs once before
 //     and once after it (the two runs' ratio shows the machine's drift);
-//   - stall, paired: the 2 ms lane and the stall lane run at the same time, each
-//     on its own queue, so that the machine's noise falls on both: the time until
-//     every other message settled in the stall lane against the 2 ms lane's;
+//   - stall, both at once: the 2 ms lane and the stall lane run at the same time,
+//     each on its own queue, so that the machine's noise falls on both: the time
+//     until every other message settled in the stall lane against the 2 ms lane's;
 //   - ordered: the 2 ms worker ordered by a header (WithOrdering(ByKeyHeader)),
-//     over 1,000 keys, against the unordered 2 ms lane.
+//     over 1,000 keys, against the unordered 2 ms lane;
+//   - stall, paired slices (the figure judged): the 2 ms lane and the stall lane
+//     in -pairs pairs of adjacent runs, see below.
+//
+// Stall isolation asks what one stalled message costs the others: behind a
+// stalled delivery tag the worker can no longer ack a run of deliveries with one
+// multiple-ack (AMQP has no range ack), so it acks every later delivery singly.
+// This machine's speed drifts by up to 2x within seconds: the same 2 ms lane run
+// before and after the stall lane has differed 0.41-1.18x, more than the 1.2x
+// target, so the one-after-the-other ratio says more about the machine than about
+// the worker. Both lanes at once share the noise but also the two cores, so each
+// slows the other and the ratio leans toward 1.
+//
+// The paired slices run each lane as the table runs it (n messages on a fresh
+// queue filled right before the run, as the table's lanes are, the stalled
+// message at n/3, the same handler and options), the two runs of a pair one right
+// after the other, the pairs alternating which lane goes first (A B, B A, ...), so
+// that a drift slower than a pair falls on both sides of its ratio and an order
+// effect on both sides of the median. Each pair gives one ratio: the time until
+// every other message settled in the stall lane over the time until every message
+// settled in the 2 ms lane, each counted from the start of Run to the settlement
+// that completed it (noted by the store's observer). The figure judged is the
+// median of a repetition's pair ratios; beside it are every pair's ratio, the
+// ratio of the sums, the two older figures, and per pair the CPU per message of
+// this process and of all three processes and this process's write calls per
+// message (the single acks show there, whatever the machine's speed does to the
+// times). In the slices the stalled handler is released as soon as the others
+// settled (after -stall at the latest): the part measured is the same, and a run
+// does not idle through the rest of the stall.
 //
 // CPU per message from /proc: this process, redis-server (server us/msg) and, when
-// the broker runs on this machine, beam.smp. The broker is IDEMKIT_AMQP_URL or
+// the broker runs on this machine, beam.smp (in the paired slices from its
+// threads' schedstat, in nanoseconds). The broker is IDEMKIT_AMQP_URL or
 // amqp://guest:guest@127.0.0.1:5672/.
 package main
 
@@ -45,12 +74,23 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// settled counts the deliveries the worker settled: an observer of its store.
-type settled struct{ n atomic.Int64 }
+// settled counts the deliveries the worker settled: an observer of its store. It
+// notes the moment the until-th settled and then closes reached.
+type settled struct {
+	n       atomic.Int64
+	until   int64
+	at      atomic.Int64 // time.Now().UnixNano() when n reached until
+	reached chan struct{}
+}
+
+func newSettled(until int64) *settled {
+	return &settled{until: until, reached: make(chan struct{})}
+}
 
 func (s *settled) OnOutcome(e consumer.OutcomeEvent) {
-	if e.Action == consumer.Ack {
-		s.n.Add(1)
+	if e.Action == consumer.Ack && s.n.Add(1) == s.until {
+		s.at.Store(time.Now().UnixNano())
+		close(s.reached)
 	}
 }
 
@@ -58,6 +98,7 @@ func main() {
 	n := flag.Int("n", 20000, "messages per lane")
 	reps := flag.Int("reps", 3, "repetitions")
 	stall := flag.Duration("stall", 5*time.Second, "how long the stalled message's handler blocks")
+	pairs := flag.Int("pairs", 6, "pairs of paired slices (the 2 ms lane and the stall lane back to back) per repetition; 0: none")
 	profile := flag.String("profile", "", "profile only this lane: raw (multiple-ack), noop, ordered or stall (with -cpuprofile, -memprofile)")
 	cpuprofile := flag.String("cpuprofile", "", "write the profiled lane's CPU profile here")
 	memprofile := flag.String("memprofile", "", "write the profiled lane's allocation profile here")
@@ -66,7 +107,7 @@ func main() {
 	if *profile != "" {
 		err = profileLane(*n, *reps, *stall, *profile, *cpuprofile, *memprofile)
 	} else {
-		err = run(*n, *reps, *stall)
+		err = run(*n, *reps, *pairs, *stall)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench-amqp:", err)
@@ -170,7 +211,7 @@ func profileLane(n, reps int, stall time.Duration, lane, cpu, mem string) error 
 	return nil
 }
 
-func run(n, reps int, stall time.Duration) error {
+func run(n, reps, pairs int, stall time.Duration) error {
 	b, done, err := newBench(n)
 	if err != nil {
 		return err
@@ -265,8 +306,99 @@ func run(n, reps int, stall time.Duration) error {
 		ratio = with.Seconds() / without.Seconds()
 		fmt.Printf("  stall, both lanes at once: the others settled in %v against %v without it:  %.2fx  %s (<= 1.2x)\n",
 			with.Round(time.Millisecond), without.Round(time.Millisecond), ratio, benchkit.Verdict(ratio <= 1.2))
+		if err := b.stallSlices(pairs, stall); err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// stallSlices runs the 2 ms lane and the stall lane in pairs of adjacent runs
+// (see the package doc) and prints every pair's figures, their medians, the ratio
+// of the sums and both lanes' totals.
+func (b *bench) stallSlices(pairs int, stall time.Duration) error {
+	if pairs < 1 {
+		return nil
+	}
+	plain, stalled := &benchkit.Lane{Name: "slices: worker, 2 ms handler"}, &benchkit.Lane{Name: "slices: worker, 2 ms, one stalls"}
+	broker := map[*benchkit.Lane]time.Duration{}
+	var with, without time.Duration
+	var ratios, goRatios, allRatios []float64
+	fmt.Printf("\n  stall, paired slices (%d pairs, each slice a whole run of its lane on a queue filled right before it):\n", pairs)
+	for k := 0; k < pairs; k++ {
+		var got [2]slice // 0: the 2 ms lane, 1: the stall lane
+		slices := []struct {
+			lane *benchkit.Lane
+			run  workerLane
+			out  *slice
+		}{
+			{plain, workerLane{wait: 2 * time.Millisecond, until: int64(b.n)}, &got[0]},
+			{stalled, workerLane{wait: 2 * time.Millisecond, stallID: "m-" + strconv.Itoa(b.n/3), stall: stall,
+				until: int64(b.n - 1), release: true}, &got[1]},
+		}
+		if k%2 == 1 {
+			slices[0], slices[1] = slices[1], slices[0]
+		}
+		for _, sl := range slices {
+			// Each slice's queue is filled right before it runs, as the table's
+			// lanes are: the broker's work after a fill then falls on both alike.
+			q, err := b.queue(false)
+			if err != nil {
+				return err
+			}
+			sl.run.queue = q.Queue
+			c0, g0, s0, w0 := benchkit.SchedCPU(b.broker), sl.lane.GoCPU, sl.lane.ServerCPU, writes()
+			err = b.env.Measure(sl.lane, b.n, func() error {
+				var err error
+				sl.out.settled, err = b.workerRun(sl.run)
+				return err
+			})
+			bc := benchkit.SchedCPU(b.broker) - c0
+			broker[sl.lane] += bc
+			sl.out.goCPU = sl.lane.GoCPU - g0
+			sl.out.all = sl.out.goCPU + sl.lane.ServerCPU - s0 + bc
+			sl.out.writes = writes() - w0
+			_ = q.Delete(b.conn)
+			if err != nil {
+				return err
+			}
+		}
+		without += got[0].settled
+		with += got[1].settled
+		ratios = append(ratios, got[1].settled.Seconds()/got[0].settled.Seconds())
+		goRatios = append(goRatios, got[1].goCPU.Seconds()/got[0].goCPU.Seconds())
+		allRatios = append(allRatios, got[1].all.Seconds()/got[0].all.Seconds())
+		order := "2 ms lane first"
+		if k%2 == 1 {
+			order = "stall lane first"
+		}
+		us := func(d time.Duration) float64 { return d.Seconds() * 1e6 / float64(b.n) }
+		fmt.Printf("    pair %d (%s): the others settled in %v against %v:  %.2fx;  Go CPU/msg %.1f against %.1f us:  %.2fx;"+
+			"  the three processes' %.1f against %.1f us:  %.2fx;  write calls/msg %.2f against %.2f\n",
+			k+1, order, got[1].settled.Round(time.Millisecond), got[0].settled.Round(time.Millisecond), ratios[k],
+			us(got[1].goCPU), us(got[0].goCPU), goRatios[k], us(got[1].all), us(got[0].all), allRatios[k],
+			float64(got[1].writes)/float64(b.n), float64(got[0].writes)/float64(b.n))
+	}
+	benchkit.Table(os.Stdout, plain, plain, stalled)
+	for _, l := range []*benchkit.Lane{plain, stalled} {
+		fmt.Printf("    %-40s broker (beam.smp) CPU %.1f us/msg, all three processes' %.1f us/msg\n", l.Name,
+			l.PerMsg(broker[l]), l.PerMsg(broker[l]+l.GoCPU+l.ServerCPU))
+	}
+	m := benchkit.Median(ratios)
+	fmt.Printf("  stall, paired slices: median of %d pair ratios:  %.2fx  %s (<= 1.2x); sums: %v against %v:  %.2fx\n",
+		len(ratios), m, benchkit.Verdict(m <= 1.2), with.Round(time.Millisecond), without.Round(time.Millisecond),
+		with.Seconds()/without.Seconds())
+	fmt.Printf("  stall, paired slices: CPU per message, median of %d pair ratios: this process's %.2fx, the three processes' %.2fx"+
+		" (the broker also serves whatever else uses it)\n", len(goRatios), benchkit.Median(goRatios), benchkit.Median(allRatios))
+	return nil
+}
+
+// slice is what one run of a lane in the paired slices took.
+type slice struct {
+	settled time.Duration // until every message but a stalled one settled
+	goCPU   time.Duration // this process
+	all     time.Duration // this process, redis-server and the broker
+	writes  int64         // this process's write system calls (acks, store calls)
 }
 
 // brokerPid finds the local RabbitMQ's beam.smp, or -1.
@@ -438,8 +570,27 @@ func (b *bench) workerOrdered(queue string, wait time.Duration) error {
 // returns when until of them had.
 func (b *bench) workerUntil(queue string, wait time.Duration, stallID string, stall time.Duration, until int64,
 	opts ...idemamqp.Option) (time.Duration, error) {
-	done := &settled{}
-	store, err := redisstore.NewStore(b.rdb, consumer.WithPrefix("idemkit-bench-amqp-"+queue), consumer.WithScope("bench"),
+	return b.workerRun(workerLane{queue: queue, wait: wait, stallID: stallID, stall: stall, until: until}, opts...)
+}
+
+// workerLane is one run of the worker over a filled queue.
+type workerLane struct {
+	queue   string
+	wait    time.Duration // every handler's
+	stallID string        // the message whose handler blocks for stall instead ("": none)
+	stall   time.Duration
+	until   int64 // the settlements the returned time counts up to
+	// release unblocks the stalled handler as soon as until messages settled
+	// (still after stall at the latest): the measured part of the run is the
+	// same, and the run does not idle for the rest of stall.
+	release bool
+}
+
+// workerRun runs the worker over l.queue until every message settled, and returns
+// the time from the start of Run until l.until of them had.
+func (b *bench) workerRun(l workerLane, opts ...idemamqp.Option) (time.Duration, error) {
+	done := newSettled(l.until)
+	store, err := redisstore.NewStore(b.rdb, consumer.WithPrefix("idemkit-bench-amqp-"+l.queue), consumer.WithScope("bench"),
 		consumer.WithObserver(done))
 	if err != nil {
 		return 0, err
@@ -447,24 +598,29 @@ func (b *bench) workerUntil(queue string, wait time.Duration, stallID string, st
 	if err := store.Load(context.Background()); err != nil {
 		return 0, err
 	}
-	w, err := idemamqp.NewWorker(store, b.url, idemamqp.Topology{Queue: queue},
+	var released <-chan struct{} // nil: never
+	if l.release {
+		released = done.reached
+	}
+	w, err := idemamqp.NewWorker(store, b.url, idemamqp.Topology{Queue: l.queue},
 		func(ctx context.Context, d amqp091.Delivery) (struct{}, error) {
-			dur := wait
-			if stallID != "" && d.MessageId == stallID {
-				dur = stall
+			dur, early := l.wait, (<-chan struct{})(nil)
+			if l.stallID != "" && d.MessageId == l.stallID {
+				dur, early = l.stall, released
 			}
 			if dur > 0 {
 				t := time.NewTimer(dur)
 				defer t.Stop()
 				select {
 				case <-t.C:
+				case <-early:
 				case <-ctx.Done():
 				}
 			}
 			return struct{}{}, nil
 		},
 		append([]idemamqp.Option{idemamqp.WithPrefetch(256), idemamqp.WithDeclare(false),
-			idemamqp.WithShutdownGrace(stall + time.Second)}, opts...)...)
+			idemamqp.WithShutdownGrace(l.stall + time.Second)}, opts...)...)
 	if err != nil {
 		return 0, err
 	}
@@ -472,11 +628,7 @@ func (b *bench) workerUntil(queue string, wait time.Duration, stallID string, st
 	stopped := make(chan error, 1)
 	start := time.Now()
 	go func() { stopped <- w.Run(ctx) }()
-	var reached time.Duration
 	for done.n.Load() < int64(b.n) {
-		if reached == 0 && done.n.Load() >= until {
-			reached = time.Since(start)
-		}
 		if time.Since(start) > 5*time.Minute {
 			cancel()
 			<-stopped
@@ -484,10 +636,11 @@ func (b *bench) workerUntil(queue string, wait time.Duration, stallID string, st
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if reached == 0 {
-		reached = time.Since(start)
-	}
 	cancel()
+	reached := time.Since(start)
+	if at := done.at.Load(); at != 0 {
+		reached = time.Unix(0, at).Sub(start)
+	}
 	return reached, <-stopped
 }
 

@@ -23,6 +23,18 @@
 // engine cost without the adapter), and, beside it, minus the Pipeline lane's
 // instead of ExecuteBatch's (what the adapter adds to the engine it runs on).
 //
+// This machine's speed drifts (up to 2x between runs seconds apart), and a
+// difference of three lanes shows it undamped: a raw lane at 6.7 us per record
+// instead of 1 makes the adapter's own cost negative. So each repetition runs the
+// lanes of those differences (raw, ExecuteBatch, Pipeline, no-op adapter) in
+// -rounds rounds: round 1 is their run in the table, and each further round runs
+// each of them once more, back to back, in another order (the table's order
+// rotated by one per round), every run the same work as the table's (a fresh
+// group over the whole topic, the same keys). The differences are taken within
+// each round and the figure judged is their median over rounds; the mean over
+// rounds and the table's one-run difference are printed beside it, and every
+// round's per-lane figure too.
+//
 // -lanes runs some lanes only; -cpuprofile and -memprofile write a CPU and an
 // allocation profile of the lanes run (make profile-kafka: the no-op adapter lane).
 package main
@@ -70,10 +82,16 @@ func main() {
 	inFlight := flag.Int("inflight", 0, "the adapter lanes' WithInFlight and WithConcurrency (0: the adapter's defaults)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the lanes run to this file")
 	memProfile := flag.String("memprofile", "", "write an allocation profile of the lanes run to this file")
+	rounds := flag.Int("rounds", 5, "rounds per repetition of the lanes whose differences make the adapter's own cost (raw, batch, pipeline, noop); 1: one run each")
 	flag.Parse()
-	o := opts{inFlight: *inFlight, n: *n, parts: int32(*parts), reps: *reps, stall: *stall, cpuProfile: *cpuProfile, memProfile: *memProfile}
+	o := opts{inFlight: *inFlight, n: *n, parts: int32(*parts), reps: *reps, stall: *stall, rounds: *rounds,
+		cpuProfile: *cpuProfile, memProfile: *memProfile}
 	if *inFlight < 0 {
 		fmt.Fprintln(os.Stderr, "bench-kafka: -inflight: give 0 for the defaults or a window of at least 1")
+		os.Exit(2)
+	}
+	if *rounds < 1 {
+		fmt.Fprintf(os.Stderr, "bench-kafka: -rounds %d: give at least 1 (1: each lane runs once)\n", *rounds)
 		os.Exit(2)
 	}
 	if *only != "all" {
@@ -115,6 +133,7 @@ type opts struct {
 	parts                  int32
 	reps                   int
 	stall                  time.Duration
+	rounds                 int      // runs of the compared lanes per repetition
 	lanes                  []string // nil: all
 	inFlight               int      // the adapter lanes' window and handlers; 0: the defaults
 	cpuProfile, memProfile string
@@ -180,32 +199,26 @@ func run(o opts) error {
 			{"share", share, func() error { return b.share(2*time.Millisecond, 4, 500) }},
 		}
 		var ran []*benchkit.Lane
+		// Round 1 of the compared lanes is their run here, one after the other in
+		// the order of the table.
+		rs := newRounds(o)
 		for _, s := range steps {
 			if !o.runs(s.id) {
 				continue
 			}
-			// The lane's Go CPU is read with getrusage, to the microsecond, in place
-			// of Measure's /proc figure, which counts 10 ms ticks: 0.5 us per record
-			// at 20,000 records, and the adapter's own cost is a difference of three
-			// lanes. Only the lane's body is timed, as Measure times it.
-			var cpu time.Duration
-			was := s.l.GoCPU
-			if err := b.env.Measure(s.l, n, func() error {
-				c0 := processCPU()
-				err := s.fn()
-				cpu = processCPU() - c0
-				return err
-			}); err != nil {
+			if err := b.measure(s.l, s.fn); err != nil {
 				return err
 			}
-			if cpu > 0 {
-				s.l.GoCPU = was + cpu
-			}
+			rs.add(0, s.id, s.l)
 			ran = append(ran, s.l)
+		}
+		if err := b.moreRounds(rs); err != nil {
+			return err
 		}
 		fmt.Printf("\nrepetition %d\n", r)
 		benchkit.Table(os.Stdout, ran[0], ran...)
 		verdicts(o, raw, batch, pipe, noop, hand, slow, slow256, stallOthers)
+		rs.print(os.Stdout)
 		if o.runs("share") && o.runs("slow") {
 			fmt.Printf("  share group, 2 ms handler >= 20,000 records/s:              %.0f  %s (%.2fx the classic 2 ms lane)\n",
 				share.Rate(), benchkit.Verdict(share.Rate() >= 20000), share.Rate()/slow.Rate())
@@ -227,11 +240,11 @@ func verdicts(o opts, raw, batch, pipe, noop, hand, slow, slow256 *benchkit.Lane
 	}
 	if o.runs("noop") && o.runs("batch") && o.runs("raw") {
 		own := noop.PerMsg(noop.GoCPU) - batch.PerMsg(batch.GoCPU) - raw.PerMsg(raw.GoCPU)
-		fmt.Printf("  adapter's own Go CPU (no-op - ExecuteBatch - raw) <= 3 us:  %.2f us  %s\n", own, benchkit.Verdict(own <= 3))
+		fmt.Printf("  adapter's own Go CPU, one run each (no-op - ExecuteBatch - raw) <= 3 us:  %.2f us  %s\n", own, benchkit.Verdict(own <= 3))
 	}
 	if o.runs("noop") && o.runs("pipeline") && o.runs("raw") {
 		own := noop.PerMsg(noop.GoCPU) - pipe.PerMsg(pipe.GoCPU) - raw.PerMsg(raw.GoCPU)
-		fmt.Printf("  adapter over its engine (no-op - Pipeline - raw):           %.2f us\n", own)
+		fmt.Printf("  adapter over its engine, one run each (no-op - Pipeline - raw):  %.2f us\n", own)
 	}
 	if o.runs("slow") {
 		fmt.Printf("  2 ms handler >= 40,000 records/s at the default window:     %.0f  %s\n",
@@ -248,6 +261,28 @@ func verdicts(o opts, raw, batch, pipe, noop, hand, slow, slow256 *benchkit.Lane
 		fmt.Printf("  stall: the others settled in %v against %v without it:  %.2fx  %s (<= 1.2x)\n",
 			stallOthers.Round(time.Millisecond), slow.Elapsed.Round(time.Millisecond), ratio, benchkit.Verdict(ratio <= 1.2))
 	}
+}
+
+// measure runs fn, one lane's run over the topic, and adds what it cost to l. The
+// lane's Go CPU is read with getrusage, to the microsecond, in place of Measure's
+// /proc figure, which counts 10 ms ticks: 0.5 us per record at 20,000 records,
+// and the adapter's own cost is a difference of three lanes. Only the lane's body
+// is timed, as Measure times it.
+func (b *bench) measure(l *benchkit.Lane, fn func() error) error {
+	var cpu time.Duration
+	was := l.GoCPU
+	if err := b.env.Measure(l, b.n, func() error {
+		c0 := processCPU()
+		err := fn()
+		cpu = processCPU() - c0
+		return err
+	}); err != nil {
+		return err
+	}
+	if cpu > 0 {
+		l.GoCPU = was + cpu
+	}
+	return nil
 }
 
 // processCPU is this process's user and system CPU time from getrusage (0 when it
