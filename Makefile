@@ -63,11 +63,11 @@ test-modules: dynalite
 bench:
 	$(GO) run ./internal/bench
 
-## bench-kafka: raw franz-go, ExecuteBatch alone, the adapter (no-op, 2 ms, a stalled record) and a hand-rolled lane, 3 repetitions
+## bench-kafka: raw franz-go, ExecuteBatch alone, the adapter (no-op, 2 ms, a stalled record) and a hand-rolled lane, 3 repetitions; the adapter's own CPU judged by the median of -rounds back-to-back rounds
 bench-kafka:
 	$(GO) run ./internal/bench/kafka
 
-## bench-amqp: raw amqp091-go (ack each, multiple-ack), the worker (no-op, 2 ms, a stalled message) and a hand-rolled lane, 3 repetitions
+## bench-amqp: raw amqp091-go (ack each, multiple-ack), the worker (no-op, 2 ms, a stalled message) and a hand-rolled lane, 3 repetitions; stall isolation judged by the median of -pairs paired runs of the 2 ms and stall lanes
 bench-amqp:
 	$(GO) run ./internal/bench/amqp
 
