@@ -52,10 +52,7 @@ func TestPipelineGathersSettlements(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			res.wg.Wait()
-			if err := p.Shutdown(ctx); err != nil {
-				t.Fatal(err)
-			}
+			res.finish(ctx, t, p)
 			wantAllSucceeded(t, res, n)
 			if got := s.calls.Load(); got != 3 {
 				t.Fatalf("%d settle calls for %d messages in batches of 10, want 3", got, n)
@@ -188,10 +185,7 @@ func TestPipelineClaimsFollowHandlers(t *testing.T) {
 				return running.Load() == handlers && s.outstanding() == handlers+batch
 			})
 			close(release)
-			res.wg.Wait()
-			if err := p.Shutdown(ctx); err != nil {
-				t.Fatal(err)
-			}
+			res.finish(ctx, t, p)
 			wantAllSucceeded(t, res, n)
 			if s.peak != handlers+batch || running.Load() != n {
 				t.Fatalf("at most %d claimed ahead of returned handlers, %d handlers ran; want %d and %d", s.peak, running.Load(),
