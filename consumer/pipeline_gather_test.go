@@ -66,7 +66,9 @@ func TestPipelineGathersSettlements(t *testing.T) {
 // answer, which only the delay's end can send (the call is not full and a handler
 // still runs). Two settle calls, one each. Without the bound, B would wait forever.
 func TestPipelineGatherDelayIsBounded(t *testing.T) {
-	for _, lease := range []time.Duration{30 * time.Second, 50 * time.Millisecond} { // delay 1ms, then lease/100
+	// delay 1ms, then lease/100: the shorter lease is the longest under 100 ms, so
+	// that its claims and completions have what room a loaded machine needs
+	for _, lease := range []time.Duration{30 * time.Second, 90 * time.Millisecond} {
 		for name, base := range pipelineStores(t, consumer.WithLease(lease)) {
 			t.Run(fmt.Sprint(name, "/lease=", lease), func(t *testing.T) {
 				s := &countSettles{Store: base}
