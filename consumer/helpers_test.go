@@ -62,3 +62,10 @@ func (r *results[T]) finish(ctx context.Context, t *testing.T, p *consumer.Pipel
 		t.Fatal(err)
 	}
 }
+
+// redeliver reports whether r is a delivery to make again, as a broker would: its
+// handler never started (ran is false) and it did not count as an attempt, as
+// when its claim was answered too late to use, or not at all, on a busy machine.
+func redeliver[T any](r consumer.Result[T], ran bool) bool {
+	return r.Outcome == consumer.Error && consumer.NotAnAttempt(r.Err) && !ran
+}
