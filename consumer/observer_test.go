@@ -84,10 +84,7 @@ func TestObserverCountsExactly(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		_ = p.Submit(ctx, res.item(consumer.Key(fmt.Sprint("p-", i)), func(context.Context) (int, error) { return 1, nil }))
 	}
-	res.wg.Wait()
-	if err := p.Shutdown(ctx); err != nil {
-		t.Fatal(err)
-	}
+	res.finish(ctx, t, p)
 	obs.mu.Lock()
 	defer obs.mu.Unlock()
 	if obs.claimed != 13 || obs.duplicates != 5 || obs.starts != 13 || obs.ends != 13 || obs.settled != 13 {

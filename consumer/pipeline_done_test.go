@@ -164,10 +164,7 @@ func TestPipelineContainsAPanicInAnOutcomeHook(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			res.wg.Wait()
-			if err := p.Shutdown(ctx); err != nil {
-				t.Fatal(err)
-			}
+			res.finish(ctx, t, p)
 			wantAllSucceeded(t, res, n)
 			if logged := logs.where("reporting an outcome", t.Name()+"-"); len(logged) != n {
 				t.Fatalf("%d outcome hook panics logged, want %d", len(logged), n)

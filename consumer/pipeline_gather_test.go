@@ -52,10 +52,7 @@ func TestPipelineGathersSettlements(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			res.wg.Wait()
-			if err := p.Shutdown(ctx); err != nil {
-				t.Fatal(err)
-			}
+			res.finish(ctx, t, p)
 			wantAllSucceeded(t, res, n)
 			if got := s.calls.Load(); got != 3 {
 				t.Fatalf("%d settle calls for %d messages in batches of 10, want 3", got, n)
@@ -69,7 +66,9 @@ func TestPipelineGathersSettlements(t *testing.T) {
 // answer, which only the delay's end can send (the call is not full and a handler
 // still runs). Two settle calls, one each. Without the bound, B would wait forever.
 func TestPipelineGatherDelayIsBounded(t *testing.T) {
-	for _, lease := range []time.Duration{30 * time.Second, 50 * time.Millisecond} { // delay 1ms, then lease/100
+	// delay 1ms, then lease/100: the shorter lease is the longest under 100 ms, so
+	// that its claims and completions have what room a loaded machine needs
+	for _, lease := range []time.Duration{30 * time.Second, 90 * time.Millisecond} {
 		for name, base := range pipelineStores(t, consumer.WithLease(lease)) {
 			t.Run(fmt.Sprint(name, "/lease=", lease), func(t *testing.T) {
 				s := &countSettles{Store: base}
@@ -188,10 +187,7 @@ func TestPipelineClaimsFollowHandlers(t *testing.T) {
 				return running.Load() == handlers && s.outstanding() == handlers+batch
 			})
 			close(release)
-			res.wg.Wait()
-			if err := p.Shutdown(ctx); err != nil {
-				t.Fatal(err)
-			}
+			res.finish(ctx, t, p)
 			wantAllSucceeded(t, res, n)
 			if s.peak != handlers+batch || running.Load() != n {
 				t.Fatalf("at most %d claimed ahead of returned handlers, %d handlers ran; want %d and %d", s.peak, running.Load(),

@@ -31,7 +31,9 @@ func (s *refusingSettle) Settle(_ context.Context, items []consumer.Settlement) 
 // and no longer, on both engines; the result is the store's error, the handler
 // ran once, and the record is left started for a takeover once its lease ends.
 func TestResendingASettlementEnds(t *testing.T) {
-	const lease = 300 * time.Millisecond
+	// Re-sends run while the lease is live: a second leaves room for several on a
+	// loaded machine, where 300 ms could end before the first.
+	const lease = time.Second
 	for _, eng := range []string{"execute", "pipeline"} {
 		t.Run(eng, func(t *testing.T) {
 			s := &refusingSettle{Store: must(memory.NewStore(consumer.WithLease(lease)))}

@@ -58,16 +58,19 @@ func runPartition(t *testing.T, lease time.Duration, key consumer.Key) partition
 		})
 	}()
 	<-started
+	giveUp := time.Now().Add(time.Minute + lease)
 	for {
+		ran := false
 		r := consumer.ExecuteIdempotently(ctx, storeB, key, nil, func(hctx context.Context) (string, error) {
 			run.bStarted = time.Now()
 			bRuns.Add(1)
+			ran = true
 			return "b", nil
 		})
 		if r.Outcome == consumer.Success {
 			break
 		}
-		if r.Outcome != consumer.InProgress {
+		if r.Outcome != consumer.InProgress && !redeliver(r, ran) || time.Now().After(giveUp) {
 			t.Errorf("B: %v %v", r.Outcome, r.Err)
 			return run
 		}

@@ -18,7 +18,7 @@ import (
 // times than the attempts allowed, are taken over without a charge; the key is
 // never exhausted and its handler still runs.
 func testClaimsAreNotAttempts(t *testing.T, f Factory) {
-	lease := 100 * time.Millisecond
+	lease := liveLease // the last delivery's claim, run and completion fit in it
 	s := must(t, f, consumer.WithLease(lease), consumer.WithMaxAttempts(1))
 	ctx := context.Background()
 	k := key("claims-ahead")
@@ -81,9 +81,9 @@ func testStartMarksOwnClaim(t *testing.T, f Factory) {
 // before its handler starts, so that a message that kills its worker every time
 // uses its attempts up; a fresh claim's handler runs uncounted until it settles.
 func testTakenOverClaimsRunCounted(t *testing.T, f Factory) {
-	// The handlers below read the store while their claims live: a lease of a
-	// second keeps them renewed on a slow server (100 ms ran out on a loaded one).
-	lease := time.Second
+	// The handlers below read the store while their claims live: liveLease keeps
+	// them renewed on a slow server (100 ms ran out on a loaded one).
+	lease := liveLease
 	s := must(t, f, consumer.WithLease(lease))
 	ctx := context.Background()
 	fresh, taken := key("run", "fresh"), key("run", "taken")

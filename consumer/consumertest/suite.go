@@ -19,6 +19,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/idemkit/idemkit/consumer"
@@ -74,6 +75,13 @@ func Run(t *testing.T, newStore Factory) {
 }
 
 var ns = uuid.MustParse("6f0c3c2e-7d7e-4a57-9a36-4f7d2b1f0c11")
+
+// liveLease is the lease of the sections whose claims must stay live while a
+// store round trip or a handler runs, and which also wait a lease out. A claim
+// the engine sends is usable only if answered within the lease less its margin,
+// and a handler is stopped when no renewal lands within it: a second is many
+// round trips even on a loaded test server, where 100 ms was not.
+const liveLease = time.Second
 
 func must(t *testing.T, f Factory, opts ...consumer.Option) consumer.Store {
 	t.Helper()

@@ -29,7 +29,12 @@ func hasNote(rec admin.Record, text string) bool {
 // change request is refused and changes nothing.
 func testReadOnly(t *testing.T, fx admintest.Fixtures) {
 	e := newEnv(t, fx)
-	e.dead([]consumer.Key{"stuck"}, func(int) string { return "gone" })
+	denied := newEnv(t, fx, ui.WithActor(func(*http.Request) (string, error) { return "", errors.New("sign in first") }))
+	for _, x := range []*env{e, denied} {
+		x.abandon([]consumer.Key{"stuck"}, func(int) string { return "gone" })
+	}
+	e.waitStale("stuck")
+	denied.waitStale("stuck")
 	for _, path := range []string{recordPath("stuck"), prefix + "/records"} {
 		if page := e.get(path, http.StatusOK); strings.Contains(page, `method="post"`) || !strings.Contains(page, "read-only") {
 			t.Errorf("%s: a read-only UI shows an action form", path)
@@ -46,8 +51,6 @@ func testReadOnly(t *testing.T, fx admintest.Fixtures) {
 	if rec := e.record("stuck"); rec.State != "started" || rec.Fence != 1 || len(rec.Notes) != 0 {
 		t.Errorf("a read-only UI changed the record: %+v", rec)
 	}
-	denied := newEnv(t, fx, ui.WithActor(func(*http.Request) (string, error) { return "", errors.New("sign in first") }))
-	denied.dead([]consumer.Key{"stuck"}, func(int) string { return "gone" })
 	page := denied.post(prefix+"/record/unstick", url.Values{"scope": {Scope}, "key": {"stuck"}, "fence": {"1"}, "reason": {"r"}}, http.StatusForbidden)
 	if !strings.Contains(page, "sign in first") || denied.record("stuck").State != "started" {
 		t.Errorf("an actor function's refusal: %s", page)
@@ -58,9 +61,10 @@ func testReadOnly(t *testing.T, fx admintest.Fixtures) {
 // fence the page showed; a record that moved is refused with a clear message.
 func testSingle(t *testing.T, fx admintest.Fixtures) {
 	e := newEnv(t, fx, ui.WithActor(alice))
-	e.dead([]consumer.Key{"stuck", "moving"}, func(i int) string { return "replica-7-" + strconv.Itoa(i) })
+	e.abandon([]consumer.Key{"stuck", "moving"}, func(i int) string { return "replica-7-" + strconv.Itoa(i) })
 	e.settle("done", "ok", nil)
 	e.settle("bad", "", consumer.Permanent(errors.New("card declined")))
+	e.waitStale("stuck", "moving")
 
 	page := e.get(recordPath("stuck"), http.StatusOK)
 	for _, id := range []string{"act-unstick", "act-forget"} {
@@ -205,7 +209,13 @@ func eventually(t *testing.T, what string, cond func() bool) {
 func testSharedActions(t *testing.T, fx admintest.Fixtures) {
 	a := newEnv(t, fx, ui.WithActor(alice))
 	b := a.other(ui.WithActor(bob))
-	a.dead(keys("stuck", 4), func(i int) string { return "replica-7-" + strconv.Itoa(i) })
+	a.abandon(keys("stuck", 4), func(i int) string { return "replica-7-" + strconv.Itoa(i) })
+	// The second store's records are made while the first one's leases run out.
+	big := newEnv(t, fx, ui.WithActor(alice), ui.WithSample(5), ui.WithCountEvery(time.Hour))
+	big.claim(keys("many", 1100))
+	big.abandon(keys("big", 12), func(i int) string { return "replica-8-" + strconv.Itoa(i) })
+	counting := big.other(ui.WithSample(5), ui.WithCountEvery(time.Millisecond)) // counts anew at every view
+	a.waitStale(keys("stuck", 4)...)
 
 	// A store no larger than the sample is read whole by every view.
 	a.act("unstick", "stuck-000", "replica-7 is gone")
@@ -224,10 +234,7 @@ func testSharedActions(t *testing.T, fx admintest.Fixtures) {
 
 	// A store larger than the sample: a view shows the newest full count, which
 	// reads a change only if it began after it.
-	big := newEnv(t, fx, ui.WithActor(alice), ui.WithSample(5), ui.WithCountEvery(time.Hour))
-	big.claim(keys("many", 1100))
-	big.dead(keys("big", 12), func(i int) string { return "replica-8-" + strconv.Itoa(i) })
-	counting := big.other(ui.WithSample(5), ui.WithCountEvery(time.Millisecond)) // counts anew at every view
+	big.waitStale(keys("big", 12)...)
 	for _, e := range []*env{big, counting} {
 		eventually(t, "a full count of 1112 records", func() bool {
 			return strings.Contains(section(t, e.get(prefix+"/", http.StatusOK), "counted"), "Full count of 1112 records")
@@ -302,9 +309,12 @@ func testChangesNeedScope(t *testing.T, fx admintest.Fixtures) {
 func testBulk(t *testing.T, fx admintest.Fixtures) {
 	e := newEnv(t, fx, ui.WithActor(alice))
 	dead := keys("dead", 5)
-	e.dead(dead, func(i int) string { return "replica-7-" + strconv.Itoa(i) })
-	e.dead(keys("other", 2), func(i int) string { return "replica-8-" + strconv.Itoa(i) })
+	e.abandon(dead, func(i int) string { return "replica-7-" + strconv.Itoa(i) })
+	e.abandon(keys("other", 2), func(i int) string { return "replica-8-" + strconv.Itoa(i) })
+	small := newEnv(t, fx, ui.WithActor(alice), ui.WithBulkMax(2))
+	small.abandon(keys("dead", 3), func(i int) string { return "replica-7-" + strconv.Itoa(i) })
 	e.settle("done", "ok", nil)
+	e.waitStale(append(keys("other", 2), dead...)...)
 
 	list := e.get(prefix+"/records?owner=replica-7-&stale=1", http.StatusOK)
 	if n := rows(t, list, "records"); n != 5 {
@@ -398,8 +408,7 @@ func testBulk(t *testing.T, fx admintest.Fixtures) {
 		t.Errorf("a bulk unstick of completed records:\n%s", bad)
 	}
 	// More than the maximum: shown, not offered.
-	small := newEnv(t, fx, ui.WithActor(alice), ui.WithBulkMax(2))
-	small.dead(keys("dead", 3), func(i int) string { return "replica-7-" + strconv.Itoa(i) })
+	small.waitStale(keys("dead", 3)...)
 	page := small.post(prefix+"/bulk/preview", filter, http.StatusOK)
 	if !strings.Contains(page, "more than the 2 one action may change") || strings.Contains(page, `id="confirm"`) {
 		t.Errorf("a bulk action over the maximum:\n%s", page)

@@ -19,11 +19,12 @@ const csp = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 's
 // stored result is shown only when asked for.
 func testPages(t *testing.T, fx admintest.Fixtures) {
 	e := newEnv(t, fx)
-	e.dead(keys("dead", 3), func(i int) string { return "replica-7-" + string(rune('a'+i)) })
+	e.abandon(keys("dead", 3), func(i int) string { return "replica-7-" + string(rune('a'+i)) })
 	for _, k := range keys("done", 4) {
 		e.settle(k, "secret-result-42", nil)
 	}
 	e.settle("bad-000", "", consumer.Permanent(errors.New("card declined")))
+	e.waitStale(keys("dead", 3)...)
 
 	code, hd, page := e.do(http.MethodGet, prefix+"/", nil, nil)
 	if code != http.StatusOK {

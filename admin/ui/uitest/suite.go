@@ -60,9 +60,12 @@ func Run(t *testing.T, fx admintest.Fixtures) {
 // Scope is the scope every section's records are in.
 const Scope = "payments"
 
-// shortLease is the lease of the claims the sections leave behind: it runs out
-// at once, as a dead worker's does.
-const shortLease = 50 * time.Millisecond
+// lease is the lease of every claim the sections make. A key a section settles
+// is claimed, run and completed under it, and a claim answered later than the
+// lease less its margin cannot be used, so it is seconds long: a busy machine's
+// store round trip fits in it many times over. The claims of dead workers
+// (abandon) are left to run out, and waitStale waits until they have.
+const lease = 2 * time.Second
 
 // env is one section's store, inspector and handler.
 type env struct {
@@ -77,7 +80,7 @@ const prefix = "/ops/idemkit"
 // newEnv makes a fresh store and a handler on it under prefix, with opts.
 func newEnv(t *testing.T, fx admintest.Fixtures, opts ...ui.Option) *env {
 	t.Helper()
-	s, err := fx.New(t, consumer.WithScope(Scope), consumer.WithLease(shortLease))
+	s, err := fx.New(t, consumer.WithScope(Scope), consumer.WithLease(lease))
 	if err != nil {
 		t.Fatalf("new store: %v", err)
 	}
@@ -100,6 +103,15 @@ func alice(*http.Request) (string, error) { return "alice", nil }
 // until their leases have run out.
 func (e *env) dead(keys []consumer.Key, owner func(i int) string) {
 	e.t.Helper()
+	e.abandon(keys, owner)
+	e.waitStale(keys...)
+}
+
+// abandon leaves keys started by owners that never come back (owner(i)); their
+// leases run out a lease later (waitStale waits for that), so a section makes
+// its other records meanwhile.
+func (e *env) abandon(keys []consumer.Key, owner func(i int) string) {
+	e.t.Helper()
 	claims := make([]consumer.Claim, len(keys))
 	for i, k := range keys {
 		claims[i] = consumer.Claim{Key: k, Owner: owner(i), Fingerprint: consumer.FingerprintOf([]byte(k)), Start: true}
@@ -109,7 +121,6 @@ func (e *env) dead(keys []consumer.Key, owner func(i int) string) {
 			e.t.Fatalf("claim %s: %+v", keys[i], rep)
 		}
 	}
-	e.waitStale(keys...)
 }
 
 // claim starts keys, owned by w, in batches of 100: more records than one scan
@@ -129,7 +140,8 @@ func (e *env) claim(keys []consumer.Key) {
 	}
 }
 
-// waitStale waits until every key's lease has run out.
+// waitStale waits until every key's lease has run out: it sleeps for what the
+// store says a lease has left, then reads the record again.
 func (e *env) waitStale(keys ...consumer.Key) {
 	e.t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
@@ -142,10 +154,14 @@ func (e *env) waitStale(keys ...consumer.Key) {
 			if rec.Stale() {
 				break
 			}
+			if rec.State != "started" {
+				e.t.Fatalf("waiting for the lease of %s to run out, it is not started: %+v", k, rec)
+			}
 			if time.Now().After(deadline) {
 				e.t.Fatalf("the lease of %s did not run out in 30s: %+v", k, rec)
 			}
-			time.Sleep(10 * time.Millisecond) // polling for the condition, with the deadline above
+			// polling for the condition, with the deadline above
+			time.Sleep(max(rec.LeaseLeft, 10*time.Millisecond))
 		}
 	}
 }
