@@ -58,5 +58,5 @@ func (c *Consumer[V, T]) reportPause(topic string, err error) {
 // injectTrace writes the trace context of ctx into a produced copy's headers
 // through set, with every consumer.TraceHook of the store (copytrace.Inject).
 func (c *Consumer[V, T]) injectTrace(ctx context.Context, set func(key, value string)) {
-	copytrace.Inject(ctx, c.s.Observers, set)
+	copytrace.Inject(ctx, c.log, c.s.Observers, set)
 }

@@ -107,5 +107,5 @@ func (c *Consumer[V, T]) reportRetry(e consumer.RetryEvent) {
 }
 
 func (c *Consumer[V, T]) injectTrace(ctx context.Context, set func(key, value string)) {
-	copytrace.Inject(ctx, c.s.Observers, set)
+	copytrace.Inject(ctx, c.log, c.s.Observers, set)
 }
