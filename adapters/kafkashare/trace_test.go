@@ -60,8 +60,8 @@ type panicLog struct {
 }
 
 func (l *panicLog) Enabled(context.Context, slog.Level) bool { return true }
-func (l *panicLog) WithAttrs([]slog.Attr) slog.Handler        { return l }
-func (l *panicLog) WithGroup(string) slog.Handler             { return l }
+func (l *panicLog) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l *panicLog) WithGroup(string) slog.Handler            { return l }
 func (l *panicLog) Handle(_ context.Context, r slog.Record) error {
 	stack := ""
 	r.Attrs(func(a slog.Attr) bool {
