@@ -72,13 +72,18 @@ type PauseHook interface {
 }
 
 // TraceHook lets a tracer wrap every handler run and carry trace context onto the
-// messages an adapter produces (the Kafka adapter's dead-letter copies). StartHandler is
-// called before the handler with its context, which holds the message's Carrier
+// copies the broker adapters produce of a delivered message (the Kafka adapters'
+// dead letters, the RabbitMQ worker's retry and dead-letter copies). StartHandler
+// is called before the handler with its context, which holds the message's Carrier
 // when an adapter fed it (the producer's trace context is in its headers:
 // CarrierFromContext); the context it returns is the handler's, and end is called
-// with the finished event. Inject writes the context's trace into headers through
-// set: adapters call it with the handler's context, or with a context that holds
-// only the delivered message's Carrier.
+// with the finished event. Inject writes the context's trace into a copy's headers
+// through set: the adapters call it with the handler's context of the message's
+// last run, so the copy carries the span of that run, or, when no handler ran for
+// it (undecodable, no key, a duplicate of a failed key), with a context that holds
+// only the delivered message's Carrier, so the copy carries the message's own trace
+// context. An Inject that panics is recovered and logged at Error: that copy goes
+// without the tracer's headers.
 type TraceHook interface {
 	StartHandler(ctx context.Context, e HandlerEvent) (_ context.Context, end func(HandlerEvent))
 	Inject(ctx context.Context, set func(key, value string))

@@ -114,7 +114,7 @@ func (w *Worker[V, T]) traced(m *delivery[V, T]) amqp091.Table {
 	if ctx == nil {
 		ctx = m.ctx
 	}
-	copytrace.Inject(ctx, w.obs, func(k, v string) { extra[k] = v })
+	copytrace.Inject(ctx, w.log, w.obs, func(k, v string) { extra[k] = v })
 	return extra
 }
 

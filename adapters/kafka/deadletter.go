@@ -69,10 +69,23 @@ func (c *Consumer[V, T]) produce(rec *kgo.Record) error {
 
 // deadLetterCopy is r's copy for topic: its key, value and headers (none of them
 // when bodyLess), plus the idemkit headers (the same as the share-group adapter's),
-// with the trace context of the delivery.
+// with the trace context of r's last handler run (see traceContext).
 func (c *Consumer[V, T]) deadLetterCopy(r *record[V], topic, kind string, attempts int, o consumer.Outcome, text string, bodyLess bool) *kgo.Record {
 	out := kafkadl.Record(r.rec, kafkadl.Copy{Topic: topic, Key: string(r.key), Attempts: attempts,
 		Outcome: o.String(), Kind: kind, Text: text, BodyLess: bodyLess})
-	c.injectTrace(messageContext(context.Background(), r.rec), func(k, v string) { kafkadl.SetHeader(out, k, v) })
+	c.injectTrace(traceContext(r), func(k, v string) { kafkadl.SetHeader(out, k, v) })
 	return out
+}
+
+// traceContext is the context the tracers write r's dead letter's trace context
+// from: its handler's in its last run, so that the copy carries the span of the
+// execution that failed; or, when no handler ran for it (undecodable, no key, a
+// duplicate of a key that failed), one holding only r's message, so that the copy
+// carries the record's own trace context. Its last run has returned: its
+// dead letter is produced once the engine settled it.
+func traceContext[V any](r *record[V]) context.Context {
+	if r.hctx != nil {
+		return r.hctx
+	}
+	return messageContext(context.Background(), r.rec)
 }

@@ -140,4 +140,20 @@
 // also for records that could not run), each commit with the partition's lag and
 // each failed commit (CommitHook; CommitEvent.Err), and each topic stopped or
 // resumed over its dead-letter topic (PauseHook).
+//
+// # Trace context of the dead letters
+//
+// When a tracer is among the store's observers (consumer.TraceHook, such as
+// contrib/idemotel's Tracer), it writes trace context into every dead-letter copy
+// (a body-less one too) with its propagator, over the record's headers of the
+// same names: the span of the record's last handler run when its handler ran (a
+// permanent error, EXHAUSTED after its retries in place), so a dead letter points
+// at the run that failed; the record's own trace context when no handler ran (an
+// undecodable record, one without a usable key, a DUPLICATE of a failed key). A
+// trace header the tracer cannot read (malformed, or bytes that are no text)
+// changes nothing else: the copy is made, with the header as it came unless the
+// tracer writes one of its own. A tracer whose Inject panics is logged at Error
+// with its stack and writes nothing: the copy goes with its idemkit headers. Without
+// a tracer, the record's own trace headers travel with the copy as every other
+// header does.
 package kafka

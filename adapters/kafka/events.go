@@ -56,7 +56,8 @@ func (c *Consumer[V, T]) reportPause(topic string, err error) {
 }
 
 // injectTrace writes the trace context of ctx into a produced copy's headers
-// through set, with every consumer.TraceHook of the store (copytrace.Inject).
+// through set, with every consumer.TraceHook of the store (copytrace.Inject); a
+// tracer that panics is logged on the consumer's logger and writes nothing.
 func (c *Consumer[V, T]) injectTrace(ctx context.Context, set func(key, value string)) {
-	copytrace.Inject(ctx, c.s.Observers, set)
+	copytrace.Inject(ctx, c.log, c.s.Observers, set)
 }

@@ -51,6 +51,7 @@ type record[V any] struct {
 	msg             observe.Message // its headers and origin, for the engine's events and tracers
 	retries         int             // handler failures retried
 	outages         int             // store outages retried (not attempts)
+	hctx            context.Context // its handler's context in its last run (the span its dead letter carries); nil before one
 }
 
 // recordKey is the context key under which a record's context answers itself.
@@ -281,6 +282,7 @@ func (c *Consumer[V, T]) runRecord(hctx context.Context) (T, error) {
 		var zero T
 		return zero, consumer.Abandon(errPartitionGone)
 	}
+	r.hctx = hctx // read once the engine settled this run (Done), or by its next run
 	return c.handle(hctx, r.v, r.rec)
 }
 

@@ -75,10 +75,23 @@ func minTime(a, b time.Time) time.Time {
 }
 
 // deadLetterCopy is h's copy for topic, with the classic adapter's headers and the
-// trace context of the delivery.
+// trace context of h's last handler run in this delivery (see traceContext).
 func (c *Consumer[V, T]) deadLetterCopy(h *held[V], topic, kind string, attempts int, o consumer.Outcome, text string, bodyLess bool) *kgo.Record {
 	out := kafkadl.Record(h.rec, kafkadl.Copy{Topic: topic, Key: string(h.key), Attempts: attempts,
 		Outcome: o.String(), Kind: kind, Text: text, BodyLess: bodyLess})
-	c.injectTrace(recordContext(context.Background(), h.rec), func(k, v string) { kafkadl.SetHeader(out, k, v) })
+	c.injectTrace(traceContext(h), func(k, v string) { kafkadl.SetHeader(out, k, v) })
 	return out
+}
+
+// traceContext is the context the tracers write h's dead letter's trace context
+// from: its handler's in this delivery's last run, so that the copy carries the
+// span of the execution that failed; or, when no handler ran in this delivery
+// (undecodable, no key, a duplicate of a key that failed), one holding only the
+// record, so that the copy carries the record's own trace context. That run has
+// returned: the copy is made once the engine settled it.
+func traceContext[V any](h *held[V]) context.Context {
+	if h.hctx != nil {
+		return h.hctx
+	}
+	return recordContext(context.Background(), h.rec)
 }

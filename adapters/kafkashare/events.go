@@ -106,6 +106,9 @@ func (c *Consumer[V, T]) reportRetry(e consumer.RetryEvent) {
 	observe.Each(c.s.Observers, func(x consumer.RetryHook) { x.OnRetry(e) })
 }
 
+// injectTrace writes the trace context of ctx into a produced copy's headers
+// through set, with every consumer.TraceHook of the store (copytrace.Inject); a
+// tracer that panics is logged on the consumer's logger and writes nothing.
 func (c *Consumer[V, T]) injectTrace(ctx context.Context, set func(key, value string)) {
-	copytrace.Inject(ctx, c.s.Observers, set)
+	copytrace.Inject(ctx, c.log, c.s.Observers, set)
 }

@@ -43,8 +43,9 @@ type held[V any] struct {
 	state     int
 	cancel    context.CancelCauseFunc // the running attempt's
 	timer     *time.Timer
-	busySince time.Time // first IN_PROGRESS answer
-	tries     int       // store outages waited out in place
+	busySince time.Time       // first IN_PROGRESS answer
+	tries     int             // store outages waited out in place
+	hctx      context.Context // its handler's context in this delivery's last run (the span its dead letter carries); nil before one
 }
 
 // poll is one poll's records: its members are acknowledged, each once, before
@@ -274,7 +275,10 @@ func (p *poll[V, T]) submit(h *held[V]) {
 	err := p.c.pipe.Submit(ctx, consumer.PipelineItem[T]{
 		Key:     h.key,
 		Payload: h.rec.Value,
-		Run:     func(ctx context.Context) (T, error) { return p.c.handle(ctx, h.v, h.rec) },
+		Run: func(ctx context.Context) (T, error) {
+			h.hctx = ctx // read once the engine settled this run (Done), or by its next run
+			return p.c.handle(ctx, h.v, h.rec)
+		},
 		Done: func(r consumer.Result[T]) {
 			cancel(nil)
 			p.after(h, r)

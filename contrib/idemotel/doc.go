@@ -80,9 +80,11 @@
 // called with a context without a span, it writes the delivered message's own
 // trace context, if its headers had one. The RabbitMQ worker calls it with the
 // context of the delivery's last handler run, so a retried delivery's span links to
-// the attempt before it and a dead letter carries the run that failed; without a
-// handler run (an undecodable delivery, a key in progress elsewhere), and in the
-// Kafka adapters, with the delivered message's.
+// the attempt before it and a dead letter carries the run that failed; the Kafka
+// adapters call it with the context of the record's last handler run for its dead
+// letter. Without a handler run (an undecodable message, one without a key, a key
+// in progress elsewhere, a duplicate of a failed key), they call it with the
+// delivered message's.
 //
 // Spans are correlated with their outcome by scope, key and fence: when two
 // executions of one key overlap in one process (one holds the claim, the other
