@@ -71,8 +71,13 @@ func Record(rec *kgo.Record, c Copy) *kgo.Record {
 }
 
 // SetHeader sets key to value on rec, replacing an existing header of that name:
-// the shape a tracer's Inject wants.
+// the shape a tracer's Inject wants. A key that names one of the copy's idemkit
+// headers is ignored: what a tracer writes never changes what a dead letter says
+// about itself.
 func SetHeader(rec *kgo.Record, key, value string) {
+	if own(key) {
+		return
+	}
 	for i, h := range rec.Headers {
 		if h.Key == key {
 			rec.Headers[i].Value = []byte(value)
@@ -108,4 +113,14 @@ func (h Headers) Keys() []string {
 // record for its size: the copy is then sent again without its body.
 func TooLarge(err error) bool {
 	return errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge)
+}
+
+// own reports whether key is one of the idemkit headers a copy carries.
+func own(key string) bool {
+	switch key {
+	case HeaderOriginalTopic, HeaderOriginalPartition, HeaderOriginalOffset, HeaderKey,
+		HeaderAttempts, HeaderOutcome, HeaderError, HeaderKind, HeaderBodyLess:
+		return true
+	}
+	return false
 }
