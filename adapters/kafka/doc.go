@@ -153,7 +153,8 @@
 // trace header the tracer cannot read (malformed, or bytes that are no text)
 // changes nothing else: the copy is made, with the header as it came unless the
 // tracer writes one of its own. A tracer whose Inject panics is logged at Error
-// with its stack and writes nothing: the copy goes with its idemkit headers. Without
-// a tracer, the record's own trace headers travel with the copy as every other
+// with its stack and writes nothing: the copy goes with its idemkit headers. A
+// tracer never changes an idemkit header (a name it writes that is one is
+// ignored). Without a tracer, the record's own trace headers travel with the copy as every other
 // header does.
 package kafka
