@@ -29,7 +29,7 @@ const (
 	envBrokers = "IDEMKIT_TEST_SHARE_BROKERS"
 	envRedis   = "IDEMKIT_TEST_REDIS"
 	envPrefix  = "IDEMKIT_TEST_PREFIX"
-	envTrap    = "IDEMKIT_TEST_TRAP" // effects after which the member's handlers block before their effect
+	envTrap    = "IDEMKIT_TEST_TRAP" // "1": once the test says so, the member's handlers block before their effect
 	// The member commits its effects with postgres.InTx in this database and
 	// schema instead of the Redis ledger (randomkill_test.go).
 	envPostgres = "IDEMKIT_TEST_POSTGRES"
@@ -102,14 +102,32 @@ func runMember(name string) error {
 	defer rdb.Close()
 	prefix := os.Getenv(envPrefix)
 	stats := memberStats{rdb: rdb, key: statsKey(prefix, name), pending: new(sync.Map)}
-	trap, _ := strconv.ParseInt(os.Getenv(envTrap), 10, 64)
-	var charged atomic.Int64
-	var freeze sync.Once
+	doomed := os.Getenv(envTrap) == "1"
+	var freezing atomic.Bool
+	var frozen atomic.Int64 // handlers blocked, holding their claims
+	if doomed {
+		// Once the test sets the freeze key, every handler that starts blocks
+		// before its effect, holding its claim; once every attempt that may
+		// have made its effect is settled (recorded completed, or failed) and
+		// a handler holds its claim, tell the test, which kills or stops this
+		// process with no effect between its write and its completion.
+		go func() {
+			for ctx.Err() == nil && rdb.Exists(ctx, freezeKey(prefix)).Val() == 0 {
+				time.Sleep(5 * time.Millisecond)
+			}
+			freezing.Store(true)
+			for ctx.Err() == nil && (!mapEmpty(stats.pending) || frozen.Load() == 0) {
+				time.Sleep(2 * time.Millisecond)
+			}
+			rdb.Set(context.Background(), frozenKey(prefix, name), "1", 0)
+		}()
+	}
 	book := testenv.NewLedger(rdb, prefix)
 	// The lease is given seconds: a claim lost between the effect and its
-	// completion lets another member make the effect again, and a 1s lease is
-	// lost so on a busy 2-core machine (its renewals, every third of it, wait for
-	// a Redis that shares the cores with the race detector and a CPU hog).
+	// completion lets another member make the effect again, and a 1s lease
+	// renewed every third of it leaves little room on a busy 2-core machine
+	// (its renewals wait for a Redis that shares the cores with the race
+	// detector and a CPU hog).
 	store, err := redisstore.NewStore(rdb, consumer.WithPrefix(prefix), consumer.WithScope("payments"),
 		consumer.WithLease(5*time.Second), consumer.WithObserver(stats))
 	if err != nil {
@@ -117,26 +135,15 @@ func runMember(name string) error {
 	}
 	c, err := kafkashare.NewTyped(store, shareOpts(strings.Split(os.Getenv(envBrokers), ","), "billing", "payments"),
 		decodeEvent, func(ctx context.Context, ev event, _ *kgo.Record) (int, error) {
-			// Pending from its start until its outcome, so the freeze below never
-			// falls between an effect and its settlement: a handler either counts
-			// as pending before the freeze looks, or sees the trap and freezes.
+			// Pending from its start until its outcome, so the freeze never falls
+			// between an effect and its settlement: a handler either counts as
+			// pending before the freeze looks, or sees the freeze and blocks.
 			info, _ := consumer.InfoFromContext(ctx)
 			pk := pendingKey(ev.ID, info.Fence)
 			stats.pending.Store(pk, true)
-			if trap > 0 && charged.Load() >= trap {
+			if freezing.Load() {
 				stats.pending.Delete(pk)
-				// Frozen before the effect, holding the claim: once every attempt
-				// that may have made its effect is settled (recorded completed, or
-				// failed), tell the test, which kills or stops this process with no
-				// effect between its write and its completion.
-				freeze.Do(func() {
-					go func() {
-						for !mapEmpty(stats.pending) {
-							time.Sleep(2 * time.Millisecond)
-						}
-						rdb.Set(context.Background(), frozenKey(prefix, name), "1", 0)
-					}()
-				})
+				frozen.Add(1)
 				<-ctx.Done()
 				return 0, ctx.Err()
 			}
@@ -148,7 +155,6 @@ func runMember(name string) error {
 			if !effective { // refused as stale: another owner has the key, nothing was charged
 				return 0, errors.New("ledger write refused: the claim was taken over")
 			}
-			charged.Add(1)
 			stats.incr("effects")
 			return ev.Amount, nil
 		}, kafkashare.WithMaxPollRecords(50), kafkashare.WithConcurrency(32),
@@ -166,6 +172,9 @@ func mapEmpty(m *sync.Map) bool {
 	m.Range(func(any, any) bool { empty = false; return false })
 	return empty
 }
+
+// freezeKey, once set, freezes the doomed members (envTrap).
+func freezeKey(prefix string) string { return "{" + prefix + "}:freeze" }
 
 func frozenKey(prefix, member string) string { return "{" + prefix + "}:frozen:" + member }
 
@@ -211,10 +220,14 @@ func TestShareMembersKilledAndStopped(t *testing.T) {
 	prefix := testenv.Prefix(t)
 	book := testenv.NewLedger(rdb, prefix)
 	events := produce(t, brokers, "payments", n, 0.2)
-	member := func(name string, trap int) *os.Process {
-		return startMember(t, brokers, prefix, name, envTrap+"="+strconv.Itoa(trap)).Process
+	member := func(name string, doomed bool) *os.Process {
+		trap := ""
+		if doomed {
+			trap = "1"
+		}
+		return startMember(t, brokers, prefix, name, envTrap+"="+trap).Process
 	}
-	killed, stopped, survivor := member("killed", n/40), member("stopped", n/40), member("survivor", 0)
+	killed, stopped, survivor := member("killed", true), member("stopped", true), member("survivor", false)
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, m := range []string{"killed", "stopped", "survivor"} {
@@ -222,6 +235,17 @@ func TestShareMembersKilledAndStopped(t *testing.T) {
 			}
 		}
 	})
+	// Both doomed members freeze at one moment, which the test picks once each
+	// made n/40 effects: a member frozen alone holds keys whose duplicates the
+	// others hold busy for up to WithBusyHold, and a poll waits for its every
+	// record, so on a loaded machine the other doomed member, a few effects
+	// behind, would stall short of a trap of its own.
+	testenv.Eventually(t, 120*time.Second, "the two doomed members to make their first effects", func() bool {
+		return stats(t, rdb, prefix, "killed")["effects"] >= n/40 && stats(t, rdb, prefix, "stopped")["effects"] >= n/40
+	})
+	if err := rdb.Set(context.Background(), freezeKey(prefix), "1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
 	testenv.Eventually(t, 120*time.Second, "the two doomed members to freeze mid-run, holding claimed records", func() bool {
 		return rdb.Exists(context.Background(), frozenKey(prefix, "killed"), frozenKey(prefix, "stopped")).Val() == 2
 	})
