@@ -44,8 +44,8 @@
 //	                                           of idemkit's (the broker archives it)
 //	IN_PROGRESS (another owner's live claim)   hold, renewing the lock (RENEW), and look
 //	                                           again when the claim may have ended; RELEASE
-//	                                           after WithBusyHold (1 minute). A busy key
-//	                                           never burns the broker's delivery count
+//	                                           after WithBusyHold (1 minute). Within the
+//	                                           hold a busy key burns no delivery count
 //	retryable handler error                    hold, renewed, for the backoff (WithBackoff);
 //	                                           then RELEASE: the broker redelivers it (the
 //	                                           store counts the attempt). On the last
@@ -62,10 +62,33 @@
 // headers as the classic adapter's: idemkit-original-topic/-partition/-offset,
 // idemkit-key, idemkit-attempts, idemkit-outcome, idemkit-kind and idemkit-error;
 // a body-less copy (idemkit-body-less: true) goes when the broker refuses the full
-// one for its size. A record is never accepted before its copy is confirmed: no
-// record is archived without one. Dead-lettering is at least once (a copy
-// confirmed after the record's lock ran out is made again on its redelivery);
-// copies carry the key, so their readers can collapse repeats.
+// one for its size. Dead-lettering is at least once (a copy confirmed after the
+// record's lock ran out is made again on its redelivery); copies carry the key,
+// so their readers can collapse repeats.
+//
+// # What is archived without a copy
+//
+// The guarantee is about the adapter's own acknowledgements, not every archive:
+// a record is never accepted on the dead-letter path before its copy is
+// confirmed, and a retryable failure on the record's last delivery is
+// dead-lettered (DELIVERY_LIMIT) rather than released, so no handler failure
+// leaves the broker to archive a record uncopied (with WithBrokerDeadLetter the
+// broker's own dead-lettering takes over). A RELEASE for another reason on the
+// last delivery still makes the broker archive the record, without a copy: a
+// busy key released after WithBusyHold, an interrupted run (lock about to run
+// out, lease lost, shutdown), a record held through a store outage whose lock
+// renewal fails, and a copy whose produce keeps failing until the lock runs
+// out; so does a lock that runs out while the member is paused or cut off. The
+// adapter does not copy those, by decision: none is a failure of the record (a
+// busy key's owner may yet complete it; an interrupted or stalled run is not an
+// attempt), so a copy would put work that may still succeed in the dead-letter
+// topic; and a copy that cannot be produced before the lock runs out cannot be
+// waited for. Every such record is visible: the adapter warns and reports
+// DeliveryLimitHook on its last two deliveries, and ShareActionHook reports the
+// RELEASE with its delivery count (equal to WithDeliveryLimit when the broker
+// archives it). Keep the store's max attempts below the limit, and WithBusyHold
+// times the limit above the longest a key stays busy (a crashed owner's lease),
+// so that only faults archive a record uncopied.
 //
 // # Deadlines and renewals
 //

@@ -49,9 +49,16 @@ func shareKfake(t *testing.T, partitions int32, topics ...string) ([]string, *kf
 // the broker's config only, not from the group's).
 func shareKfakeLimit(t *testing.T, limit int, partitions int32, topics ...string) ([]string, *kfake.Cluster) {
 	t.Helper()
+	return shareKfakeLock(t, lockMS, limit, partitions, topics...)
+}
+
+// shareKfakeLock is shareKfakeLimit with another acquisition lock, in
+// milliseconds.
+func shareKfakeLock(t *testing.T, lock, limit int, partitions int32, topics ...string) ([]string, *kfake.Cluster) {
+	t.Helper()
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, topics...),
 		kfake.BrokerConfigs(map[string]string{
-			"group.share.record.lock.duration.ms": strconv.Itoa(lockMS),
+			"group.share.record.lock.duration.ms": strconv.Itoa(lock),
 			"share.record.lock.sweep.interval.ms": "100",
 			"group.share.delivery.count.limit":    strconv.Itoa(limit),
 		}))
@@ -231,12 +238,13 @@ type actions struct {
 	// the delivery counts the engine's handler events carried, in order of start
 	handlerCounts []int32
 	outcomeCounts []int32                       // the delivery counts the engine's outcome events carried
+	outcomes      map[string]int                // the engine's outcome events, by outcome/kind
 	terminal      []kafkashare.ShareActionEvent // every acknowledgement but renewals, in order
 	nearEvents    []kafkashare.ShareActionEvent // DeliveryLimitHook's, in order
 }
 
 func newActions() *actions {
-	return &actions{byReason: map[string]int{}, maxCount: map[int64]int32{}}
+	return &actions{byReason: map[string]int{}, maxCount: map[int64]int32{}, outcomes: map[string]int{}}
 }
 
 func (a *actions) OnShareAction(e kafkashare.ShareActionEvent) {
@@ -280,6 +288,7 @@ func (a *actions) OnOutcome(e consumer.OutcomeEvent) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.outcomeCounts = append(a.outcomeCounts, e.DeliveryCount)
+	a.outcomes[e.Outcome.String()+"/"+e.Kind]++
 }
 
 func (a *actions) OnDeadLetter(consumer.DeadLetterEvent) {

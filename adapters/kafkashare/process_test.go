@@ -2,6 +2,7 @@ package kafkashare_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -28,7 +29,7 @@ const (
 	envBrokers = "IDEMKIT_TEST_SHARE_BROKERS"
 	envRedis   = "IDEMKIT_TEST_REDIS"
 	envPrefix  = "IDEMKIT_TEST_PREFIX"
-	envTrap    = "IDEMKIT_TEST_TRAP" // effects after which the member's handlers block before their effect
+	envTrap    = "IDEMKIT_TEST_TRAP" // "1": once the test says so, the member's handlers block before their effect
 	// The member commits its effects with postgres.InTx in this database and
 	// schema instead of the Redis ledger (randomkill_test.go).
 	envPostgres = "IDEMKIT_TEST_POSTGRES"
@@ -58,9 +59,9 @@ func helperMain() bool {
 
 // memberStats counts, in Redis, what a member process saw.
 type memberStats struct {
-	rdb       *redis.Client
-	key       string
-	succeeded *atomic.Int64 // executions settled SUCCESS: charged and recorded completed
+	rdb     *redis.Client
+	key     string
+	pending *sync.Map // "key/fence" of the attempts whose effect may be made and which are not settled yet
 }
 
 func (s memberStats) incr(field string) { s.rdb.HIncrBy(context.Background(), s.key, field, 1) }
@@ -85,8 +86,12 @@ func (s memberStats) OnOutcome(e consumer.OutcomeEvent) {
 	switch e.Outcome {
 	case consumer.InProgress:
 		s.incr("in_progress")
-	case consumer.Success:
-		s.succeeded.Add(1)
+	case consumer.Success, consumer.Duplicate:
+	default:
+		s.incr("outcome:" + e.Outcome.String() + "/" + e.Kind)
+	}
+	if e.Outcome != consumer.InProgress && e.Outcome != consumer.Duplicate && s.pending != nil {
+		s.pending.Delete(pendingKey(string(e.Key), e.Fence)) // this attempt settled, whatever its outcome
 	}
 }
 
@@ -96,38 +101,60 @@ func runMember(name string) error {
 	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv(envRedis)})
 	defer rdb.Close()
 	prefix := os.Getenv(envPrefix)
-	stats := memberStats{rdb: rdb, key: statsKey(prefix, name), succeeded: new(atomic.Int64)}
-	trap, _ := strconv.ParseInt(os.Getenv(envTrap), 10, 64)
-	var charged atomic.Int64
-	var freeze sync.Once
+	stats := memberStats{rdb: rdb, key: statsKey(prefix, name), pending: new(sync.Map)}
+	doomed := os.Getenv(envTrap) == "1"
+	var freezing atomic.Bool
+	var frozen atomic.Int64 // handlers blocked, holding their claims
+	if doomed {
+		// Once the test sets the freeze key, every handler that starts blocks
+		// before its effect, holding its claim; once every attempt that may
+		// have made its effect is settled (recorded completed, or failed) and
+		// a handler holds its claim, tell the test, which kills or stops this
+		// process with no effect between its write and its completion.
+		go func() {
+			for ctx.Err() == nil && rdb.Exists(ctx, freezeKey(prefix)).Val() == 0 {
+				time.Sleep(5 * time.Millisecond)
+			}
+			freezing.Store(true)
+			for ctx.Err() == nil && (!mapEmpty(stats.pending) || frozen.Load() == 0) {
+				time.Sleep(2 * time.Millisecond)
+			}
+			rdb.Set(context.Background(), frozenKey(prefix, name), "1", 0)
+		}()
+	}
 	book := testenv.NewLedger(rdb, prefix)
+	// The lease is given seconds: a claim lost between the effect and its
+	// completion lets another member make the effect again, and a 1s lease
+	// renewed every third of it leaves little room on a busy 2-core machine
+	// (its renewals wait for a Redis that shares the cores with the race
+	// detector and a CPU hog).
 	store, err := redisstore.NewStore(rdb, consumer.WithPrefix(prefix), consumer.WithScope("payments"),
-		consumer.WithLease(time.Second), consumer.WithObserver(stats))
+		consumer.WithLease(5*time.Second), consumer.WithObserver(stats))
 	if err != nil {
 		return err
 	}
 	c, err := kafkashare.NewTyped(store, shareOpts(strings.Split(os.Getenv(envBrokers), ","), "billing", "payments"),
 		decodeEvent, func(ctx context.Context, ev event, _ *kgo.Record) (int, error) {
-			if trap > 0 && charged.Load() >= trap {
-				// Frozen before the effect, holding the claim: once every effect
-				// made is recorded completed, tell the test, which kills or stops
-				// this process with no effect between its write and its completion.
-				freeze.Do(func() {
-					go func() {
-						for stats.succeeded.Load() < charged.Load() {
-							time.Sleep(2 * time.Millisecond)
-						}
-						rdb.Set(context.Background(), frozenKey(prefix, name), "1", 0)
-					}()
-				})
+			// Pending from its start until its outcome, so the freeze never falls
+			// between an effect and its settlement: a handler either counts as
+			// pending before the freeze looks, or sees the freeze and blocks.
+			info, _ := consumer.InfoFromContext(ctx)
+			pk := pendingKey(ev.ID, info.Fence)
+			stats.pending.Store(pk, true)
+			if freezing.Load() {
+				stats.pending.Delete(pk)
+				frozen.Add(1)
 				<-ctx.Done()
 				return 0, ctx.Err()
 			}
 			time.Sleep(2 * time.Millisecond) // the payment provider
-			if _, err := book.Apply(ctx, ev.ID); err != nil {
+			effective, err := book.Apply(ctx, ev.ID)
+			if err != nil {
 				return 0, err
 			}
-			charged.Add(1)
+			if !effective { // refused as stale: another owner has the key, nothing was charged
+				return 0, errors.New("ledger write refused: the claim was taken over")
+			}
 			stats.incr("effects")
 			return ev.Amount, nil
 		}, kafkashare.WithMaxPollRecords(50), kafkashare.WithConcurrency(32),
@@ -137,6 +164,17 @@ func runMember(name string) error {
 	}
 	return c.Run(ctx)
 }
+
+func pendingKey(key string, fence int64) string { return key + "/" + strconv.FormatInt(fence, 10) }
+
+func mapEmpty(m *sync.Map) bool {
+	empty := true
+	m.Range(func(any, any) bool { empty = false; return false })
+	return empty
+}
+
+// freezeKey, once set, freezes the doomed members (envTrap).
+func freezeKey(prefix string) string { return "{" + prefix + "}:freeze" }
 
 func frozenKey(prefix, member string) string { return "{" + prefix + "}:frozen:" + member }
 
@@ -182,10 +220,32 @@ func TestShareMembersKilledAndStopped(t *testing.T) {
 	prefix := testenv.Prefix(t)
 	book := testenv.NewLedger(rdb, prefix)
 	events := produce(t, brokers, "payments", n, 0.2)
-	member := func(name string, trap int) *os.Process {
-		return startMember(t, brokers, prefix, name, envTrap+"="+strconv.Itoa(trap)).Process
+	member := func(name string, doomed bool) *os.Process {
+		trap := ""
+		if doomed {
+			trap = "1"
+		}
+		return startMember(t, brokers, prefix, name, envTrap+"="+trap).Process
 	}
-	killed, stopped, survivor := member("killed", n/40), member("stopped", n/40), member("survivor", 0)
+	killed, stopped, survivor := member("killed", true), member("stopped", true), member("survivor", false)
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, m := range []string{"killed", "stopped", "survivor"} {
+				t.Logf("%s: %v", m, stats(t, rdb, prefix, m))
+			}
+		}
+	})
+	// Both doomed members freeze at one moment, which the test picks once each
+	// made n/40 effects: a member frozen alone holds keys whose duplicates the
+	// others hold busy for up to WithBusyHold, and a poll waits for its every
+	// record, so on a loaded machine the other doomed member, a few effects
+	// behind, would stall short of a trap of its own.
+	testenv.Eventually(t, 120*time.Second, "the two doomed members to make their first effects", func() bool {
+		return stats(t, rdb, prefix, "killed")["effects"] >= n/40 && stats(t, rdb, prefix, "stopped")["effects"] >= n/40
+	})
+	if err := rdb.Set(context.Background(), freezeKey(prefix), "1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
 	testenv.Eventually(t, 120*time.Second, "the two doomed members to freeze mid-run, holding claimed records", func() bool {
 		return rdb.Exists(context.Background(), frozenKey(prefix, "killed"), frozenKey(prefix, "stopped")).Val() == 2
 	})

@@ -9,7 +9,6 @@ import (
 	"os/signal"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -49,7 +48,7 @@ func runTxMember(name string) error {
 		return err
 	}
 	defer pool.Close()
-	stats := memberStats{rdb: rdb, key: statsKey(prefix, name), succeeded: new(atomic.Int64)}
+	stats := memberStats{rdb: rdb, key: statsKey(prefix, name)}
 	store, err := redisstore.NewStore(rdb, consumer.WithPrefix(prefix), consumer.WithScope("payments"),
 		consumer.WithLease(time.Second), consumer.WithMaxAttempts(rkMaxAttempts), consumer.WithObserver(stats),
 		consumer.WithCompletions(postgres.Completions(pool)))
