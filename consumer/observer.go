@@ -229,21 +229,21 @@ func sortHooks(obs []Observer) *hooks {
 }
 
 // hooked returns s's sorted hooks, sorting them if s was built by hand.
-func (s Settings) hooked() *hooks {
+func (s *Settings) hooked() *hooks {
 	if s.hooks == nil && len(s.Observers) > 0 {
 		return sortHooks(s.Observers)
 	}
 	return s.hooks
 }
 
-func (s Settings) watchClaims() bool { h := s.hooked(); return h != nil && len(h.claim) > 0 }
-func (s Settings) watchHandlers() bool {
+func (s *Settings) watchClaims() bool { h := s.hooked(); return h != nil && len(h.claim) > 0 }
+func (s *Settings) watchHandlers() bool {
 	h := s.hooked()
 	return h != nil && len(h.handler)+len(h.trace) > 0
 }
-func (s Settings) watchLeases() bool   { h := s.hooked(); return h != nil && len(h.lease) > 0 }
-func (s Settings) watchSettles() bool  { h := s.hooked(); return h != nil && len(h.settle) > 0 }
-func (s Settings) watchOutcomes() bool { h := s.hooked(); return h != nil && len(h.outcome) > 0 }
+func (s *Settings) watchLeases() bool   { h := s.hooked(); return h != nil && len(h.lease) > 0 }
+func (s *Settings) watchSettles() bool  { h := s.hooked(); return h != nil && len(h.settle) > 0 }
+func (s *Settings) watchOutcomes() bool { h := s.hooked(); return h != nil && len(h.outcome) > 0 }
 
 // reportClaim tells the observers of one claim call.
 func reportClaim(s Settings, reps []ClaimReply, took time.Duration) {

@@ -51,25 +51,27 @@ type Pipeline[T any] struct {
 	mu          sync.Mutex
 	runq        []*pitem[T] // runq[runHead:]: claimed, waiting for a handler worker
 	runHead     int
-	workers     int         // handler workers started (at most cfg.concurrency)
-	idle        int         // workers waiting for runq
-	signalled   int         // idle workers signalled that have not yet woken
-	starting    int         // workers started that have not yet looked at runq
-	handlerNs   int64       // a moving average of how long handlers take (ns)
-	runClosed   bool        // every message is answered: workers end
-	workCond    sync.Cond   // on mu: a worker waits here for runq
-	ready       []*pitem[T] // accepted, waiting to be claimed
-	claimSince  int64       // since when a claim call could take a message (mono); 0: none could
-	claiming    int         // messages in claim calls under way
-	active      int         // claimed messages whose handlers have not returned
-	claimCalls  int         // claim calls under way
-	settling    []*pitem[T] // handled, waiting to be settled
-	settleSince int64       // when the messages in settling began to wait for a settle call (mono)
-	settleCalls int         // settle or release calls under way
-	timer       *time.Timer // wakes the loop when a gathering call is due
-	timerAt     int64       // when timer fires (mono); 0: not armed
-	slab        []pitem[T]  // messages are allocated from here, a slab at a time
-	bufs        sync.Pool   // *callBuf[T]: the working slices of claim and settle calls
+	workers     int             // handler workers started (at most cfg.concurrency)
+	idle        int             // workers waiting for runq
+	signalled   int             // idle workers signalled that have not yet woken
+	starting    int             // workers started that have not yet looked at runq
+	handlerNs   int64           // a moving average of how long handlers take (ns)
+	runClosed   bool            // every message is answered: workers end
+	workCond    sync.Cond       // on mu: a worker waits here for runq
+	ready       []*pitem[T]     // accepted, waiting to be claimed
+	claimSince  int64           // since when a claim call could take a message (mono); 0: none could
+	claiming    int             // messages in claim calls under way
+	active      int             // claimed messages whose handlers have not returned
+	claimCalls  int             // claim calls under way
+	settling    []*pitem[T]     // handled, waiting to be settled
+	settleSince int64           // when the messages in settling began to wait for a settle call (mono)
+	settleCalls int             // settle or release calls under way
+	callIdle    int             // call workers done with their call and not handed another (see spawn)
+	callq       chan callJob[T] // the jobs spawn hands idle call workers
+	timer       *time.Timer     // wakes the loop when a gathering call is due
+	timerAt     int64           // when timer fires (mono); 0: not armed
+	slab        []pitem[T]      // messages are allocated from here, a slab at a time
+	bufs        sync.Pool       // *callBuf[T]: the working slices of claim and settle calls
 	inflight    map[Key]*pitem[T]
 	stopped     bool          // Shutdown began: no more messages
 	abandoned   atomic.Bool   // Shutdown's wait ran out: nothing more starts, running handlers are cancelled; set under mu
@@ -184,6 +186,7 @@ func NewPipeline[T any](ctx context.Context, store Store, opts ...PipelineOption
 		cfg:         cfg,
 		claimGather: int64(min(time.Millisecond, s.Lease/100)),
 		slots:       make(chan struct{}, cfg.window),
+		callq:       make(chan callJob[T], 2*cfg.calls),
 		inflight:    make(map[Key]*pitem[T]),
 		wake:        make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{}),
 	}

@@ -113,14 +113,14 @@ func (p *Pipeline[T]) startCalls(ctx context.Context) {
 			buf.batch = take(&p.settling, p.cfg.maxBatch, buf.batch)
 			p.settleSince = now
 			p.settleCalls++
-			p.spawn(ctx, false, buf)
+			p.spawn(ctx, callJob[T]{claim: false, buf: buf})
 		case p.claimDue(now) && p.claimCalls < p.cfg.calls:
 			buf := p.getBuf()
 			buf.batch = take(&p.ready, p.claimable(), buf.batch)
 			p.claimSince = 0
 			p.claiming += len(buf.batch)
 			p.claimCalls++
-			p.spawn(ctx, true, buf)
+			p.spawn(ctx, callJob[T]{claim: true, buf: buf})
 		default:
 			p.armLocked()
 			return
@@ -128,30 +128,59 @@ func (p *Pipeline[T]) startCalls(ctx context.Context) {
 	}
 }
 
-// spawn runs a claim call (claim) or a settle call of buf in a goroutine that
-// counts itself out of the calls under way (under p.mu) when it ends and wakes
-// the loop.
-func (p *Pipeline[T]) spawn(ctx context.Context, claim bool, buf *callBuf[T]) {
-	p.loops.Add(1)
-	go p.runCall(ctx, claim, buf)
+// callJob is one claim call (claim) or settle call of buf.
+type callJob[T any] struct {
+	claim bool
+	buf   *callBuf[T]
 }
 
-func (p *Pipeline[T]) runCall(ctx context.Context, claim bool, buf *callBuf[T]) {
+// spawn hands job to an idle call worker, or starts one. Workers outlive their
+// calls: a call costs no goroutine of its own, and runs on a stack already grown
+// to a store call's depth. A worker is started only when none is idle, so there
+// are never more than the calls that may be under way at once (twice
+// WithCallsInFlight), and callq holds a job for each. p.mu is held.
+func (p *Pipeline[T]) spawn(ctx context.Context, job callJob[T]) {
+	if p.callIdle > 0 {
+		p.callIdle--
+		p.callq <- job // room for every worker: never blocks
+		return
+	}
+	p.loops.Add(1)
+	go p.callWorker(ctx, job)
+}
+
+// callWorker runs job, then each job spawn hands it, until the pipeline stops
+// (every message is answered: no call is due any more).
+func (p *Pipeline[T]) callWorker(ctx context.Context, job callJob[T]) {
 	defer p.loops.Done()
+	for {
+		p.runCall(ctx, job)
+		select {
+		case job = <-p.callq:
+		case <-p.quit:
+			return
+		}
+	}
+}
+
+// runCall runs job, then counts it out of the calls under way (under p.mu), counts
+// its worker idle, and wakes the loop.
+func (p *Pipeline[T]) runCall(ctx context.Context, job callJob[T]) {
 	defer func() {
 		p.mu.Lock()
-		if claim {
+		if job.claim {
 			p.claimCalls--
 		} else {
 			p.settleCalls--
 		}
+		p.callIdle++
 		p.kickLocked()
 		p.mu.Unlock()
 	}()
-	if claim {
-		p.claim(ctx, buf)
+	if job.claim {
+		p.claim(ctx, job.buf)
 	} else {
-		p.settle(ctx, buf)
+		p.settle(ctx, job.buf)
 	}
 }
 

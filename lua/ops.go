@@ -198,24 +198,26 @@ func (r *Runner) claimFresh(ctx context.Context, a BeginArgs, b BeginBatch, idx 
 	buf := claimBufs.Get().(*claimBuf)
 	buf.grow(n)
 	ends := buf.ends[:n]
+	fps := buf.fps[:n]
+	// The keys and records, passed by pointer: go-redis takes *string, and a
+	// pointer goes into an interface without an allocation of its own.
+	strs := buf.strs[:2*n]
 	rec := buf.rec[:0]
-	for j := 0; j < n; j++ {
+	for j := 0; j < n; j++ { // each item read once: what follows needs its key and fingerprint
 		it := b.Item(item(j))
 		rec = AppendStarted(rec[:0], it.Owner, it.Fingerprint, it.Locked, it.Start, a.Retention, a.Now)
 		sb.Write(rec)
 		ends[j] = sb.Len()
+		strs[2*j], fps[j] = it.Key, it.Fingerprint
 	}
 	buf.rec = rec
 	records := sb.String()
 	var ttl any = (a.Lease + a.Retention).Milliseconds() // boxed once for every command
 	args := buf.args[:6*n]
-	// The keys and records, passed by pointer: go-redis takes *string, and a
-	// pointer goes into an interface without an allocation of its own.
-	strs := buf.strs[:2*n]
 	cmds := buf.cmds[:n]
 	start := 0
 	for i := 0; i < n; i++ {
-		strs[2*i], strs[2*i+1] = b.Item(item(i)).Key, records[start:ends[i]]
+		strs[2*i+1] = records[start:ends[i]]
 		start = ends[i]
 		cmdArgs := args[6*i : 6*i+6 : 6*i+6]
 		cmdArgs[0], cmdArgs[1], cmdArgs[2], cmdArgs[3], cmdArgs[4], cmdArgs[5] =
@@ -248,7 +250,7 @@ func (r *Runner) claimFresh(ctx context.Context, a BeginArgs, b BeginBatch, idx 
 		switch err := c.Err(); {
 		case err == nil:
 			rep := fresh
-			if fp := b.Item(i).Fingerprint; fp != nil {
+			if fp := fps[j]; fp != nil {
 				rep.Fingerprint, rep.HasFP = *fp, true
 			}
 			b.Answer(i, rep)
@@ -267,6 +269,7 @@ func (r *Runner) claimFresh(ctx context.Context, a BeginArgs, b BeginBatch, idx 
 type claimBuf struct {
 	rec  []byte
 	ends []int
+	fps  []*[16]byte // the items' fingerprints
 	args []any
 	strs []string
 	cmds []*redis.Cmd
@@ -278,6 +281,7 @@ var claimBufs = sync.Pool{New: func() any { return new(claimBuf) }}
 func (b *claimBuf) grow(n int) {
 	if cap(b.ends) < n {
 		b.ends = make([]int, n)
+		b.fps = make([]*[16]byte, n)
 		b.args = make([]any, 6*n)
 		b.strs = make([]string, 2*n)
 		b.cmds = make([]*redis.Cmd, n)
@@ -289,6 +293,7 @@ func (b *claimBuf) put() {
 	if cap(b.ends) > maxRecordsPerCall*8 {
 		return
 	}
+	clear(b.fps[:cap(b.fps)])
 	clear(b.args[:cap(b.args)])
 	clear(b.strs[:cap(b.strs)])
 	clear(b.cmds[:cap(b.cmds)])
