@@ -322,7 +322,7 @@ func (c *serverCost) commands(msgs int) string {
 
 // serverNow reads the server's CPU time and command statistics.
 func (r *rig) serverNow() serverStats {
-	st := serverStats{cpu: schedCPU(r.env.ServerPid), calls: map[string]int64{}, usec: map[string]int64{}}
+	st := serverStats{cpu: benchkit.SchedCPU(r.env.ServerPid), calls: map[string]int64{}, usec: map[string]int64{}}
 	info, err := r.admin.Info(r.ctx, "commandstats").Result()
 	if err != nil {
 		return st
@@ -345,32 +345,6 @@ func (r *rig) serverNow() serverStats {
 		}
 	}
 	return st
-}
-
-// schedCPU is the CPU time of every thread of process pid, from the scheduler's
-// own count in nanoseconds (/proc/<pid>/task/<tid>/schedstat); zero when pid < 0
-// or the kernel does not keep it.
-func schedCPU(pid int) time.Duration {
-	if pid < 0 {
-		return 0
-	}
-	dir := "/proc/" + strconv.Itoa(pid) + "/task/"
-	tasks, err := os.ReadDir(dir)
-	if err != nil {
-		return 0
-	}
-	var total int64
-	for _, t := range tasks {
-		b, err := os.ReadFile(dir + t.Name() + "/schedstat")
-		if err != nil {
-			continue
-		}
-		if f := strings.Fields(string(b)); len(f) > 0 {
-			n, _ := strconv.ParseInt(f[0], 10, 64)
-			total += n
-		}
-	}
-	return time.Duration(total)
 }
 
 // forget deletes a measured lane's keys (unmeasured), a thousand per command.
