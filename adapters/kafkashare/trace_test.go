@@ -3,9 +3,7 @@ package kafkashare_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,67 +14,6 @@ import (
 	"github.com/idemkit/idemkit/store/memory"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
-
-type stampKey struct{}
-
-// stampTracer stamps each handler run's context with "run-<n>-<key>" and writes
-// that stamp as a copy's traceparent; without a run, "own:" and the delivered
-// record's traceparent. With panics set, its Inject panics after writing.
-type stampTracer struct {
-	panics bool
-	mu     sync.Mutex
-	runs   map[consumer.Key][]string // each key's stamps, in order of run
-}
-
-func (s *stampTracer) StartHandler(ctx context.Context, e consumer.HandlerEvent) (context.Context, func(consumer.HandlerEvent)) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	stamp := fmt.Sprintf("run-%d-%s", len(s.runs[e.Key])+1, e.Key)
-	s.runs[e.Key] = append(s.runs[e.Key], stamp)
-	return context.WithValue(ctx, stampKey{}, stamp), nil
-}
-
-func (s *stampTracer) Inject(ctx context.Context, set func(key, value string)) {
-	if stamp, ok := ctx.Value(stampKey{}).(string); ok {
-		set("traceparent", stamp)
-	} else if c, ok := consumer.CarrierFromContext(ctx); ok {
-		set("traceparent", "own:"+c.Get("traceparent"))
-	}
-	if s.panics {
-		panic("tracer bug")
-	}
-}
-
-func (s *stampTracer) stamps(key consumer.Key) []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]string(nil), s.runs[key]...)
-}
-
-// panicLog counts the records logged at Error that carry a stack.
-type panicLog struct {
-	mu     sync.Mutex
-	logged []string // their messages
-}
-
-func (l *panicLog) Enabled(context.Context, slog.Level) bool { return true }
-func (l *panicLog) WithAttrs([]slog.Attr) slog.Handler       { return l }
-func (l *panicLog) WithGroup(string) slog.Handler            { return l }
-func (l *panicLog) Handle(_ context.Context, r slog.Record) error {
-	stack := ""
-	r.Attrs(func(a slog.Attr) bool {
-		if a.Key == "stack" {
-			stack = a.Value.String()
-		}
-		return true
-	})
-	if r.Level >= slog.LevelError && strings.Contains(stack, "stampTracer).Inject") {
-		l.mu.Lock()
-		l.logged = append(l.logged, r.Message)
-		l.mu.Unlock()
-	}
-	return nil
-}
 
 // A share-group dead letter carries the trace context of the record's last
 // handler run: a permanent failure's one run, an exhausted record's second run
@@ -92,7 +29,7 @@ func TestTraceDeadLettersCarryTheLastRun(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			brokers := shareCluster(t, 1, "payments", "payments.dlq")
 			startAtEarliest(t, brokers, "billing")
-			tr := &stampTracer{panics: tc.panics, runs: map[consumer.Key][]string{}}
+			tr := &testenv.StampTracer{Panics: tc.panics}
 			acts := newActions()
 			store, err := memory.NewStore(consumer.WithScope("payments"), consumer.WithMaxAttempts(2), consumer.WithObserver(tr, acts))
 			if err != nil {
@@ -106,7 +43,7 @@ func TestTraceDeadLettersCarryTheLastRun(t *testing.T) {
 				rec("garbled", "not json"))
 			var mu sync.Mutex
 			runs := map[string]int{}
-			logs := &panicLog{}
+			logs := &testenv.PanicLog{}
 			c, err := kafkashare.NewTyped(store, shareOpts(brokers, "billing", "payments"), decodeEvent,
 				func(_ context.Context, ev event, _ *kgo.Record) (int, error) {
 					mu.Lock()
@@ -156,12 +93,10 @@ func TestTraceDeadLettersCarryTheLastRun(t *testing.T) {
 					t.Errorf("%s: dead letter's headers %v, want kind %s after %s attempts", key, d.Headers, w.kind, w.attempts)
 				}
 			}
-			if got := tr.stamps("flaky"); len(got) != 2 {
+			if got := tr.Stamps("flaky"); len(got) != 2 {
 				t.Fatalf("flaky's runs stamped %v, want two", got)
 			}
-			logs.mu.Lock()
-			logged := len(logs.logged)
-			logs.mu.Unlock()
+			logged := logs.Count()
 			if wantLogged := map[bool]int{false: 0, true: 3}[tc.panics]; logged != wantLogged {
 				t.Fatalf("%d panics logged at Error with a stack, want %d (one per copy)", logged, wantLogged)
 			}
