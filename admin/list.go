@@ -2,8 +2,8 @@ package admin
 
 import (
 	"context"
+	"encoding/base64"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -136,13 +136,18 @@ func errorKind(r Record) string {
 }
 
 // List returns one page of the records that q selects. A page's cursor names the
-// scan step it stopped in and how many of that step's matches it returned, so the
-// next page starts where this one ended.
+// scan step it stopped in and the last record of that step it returned: a step's
+// matches are taken in the order of their scope and key, and the next page runs
+// the step again and goes on after that record. A step run again may not return
+// the same keys in the same order (Redis's table grows between the two runs, say),
+// so counting the matches already returned could skip a record or repeat one;
+// ordering them cannot, and the keys the larger table leaves out of the step come
+// in later steps.
 func (in *Inspector) List(ctx context.Context, q Query) (Page, error) {
 	if err := q.check(); err != nil {
 		return Page{}, err
 	}
-	step, skip, err := parseCursor(q.Cursor)
+	step, after, err := parseCursor(q.Cursor)
 	if err != nil {
 		return Page{}, err
 	}
@@ -159,19 +164,26 @@ func (in *Inspector) List(ctx context.Context, q Query) (Page, error) {
 				matches = append(matches, r)
 			}
 		}
-		matches = matches[min(skip, len(matches)):]
+		slices.SortFunc(matches, func(a, b Record) int { return strings.Compare(recordID(a), recordID(b)) })
+		if after != "" {
+			i, _ := slices.BinarySearchFunc(matches, after, func(r Record, id string) int { return strings.Compare(recordID(r), id) })
+			for i < len(matches) && recordID(matches[i]) <= after {
+				i++
+			}
+			matches = matches[i:]
+		}
 		if need := q.Limit - len(page.Records); len(matches) > need {
 			page.Records = append(page.Records, matches[:need]...)
-			page.Next = cursor(step, skip+need)
+			page.Next = cursor(step, recordID(matches[need-1]))
 			return page, nil
 		}
 		page.Records = append(page.Records, matches...)
 		if sp.Next == "" {
 			return page, nil
 		}
-		step, skip = sp.Next, 0
+		step, after = sp.Next, ""
 		if len(page.Records) == q.Limit || page.Examined >= q.MaxExamined {
-			page.Next = cursor(step, 0)
+			page.Next = cursor(step, "")
 			return page, nil
 		}
 		if err := ctx.Err(); err != nil {
@@ -180,22 +192,34 @@ func (in *Inspector) List(ctx context.Context, q Query) (Page, error) {
 	}
 }
 
-// A listing cursor is "<matches to skip>/<scan cursor>".
-func cursor(step string, skip int) string { return strconv.Itoa(skip) + "/" + step }
-
-func parseCursor(c string) (step string, skip int, err error) {
-	if c == "" {
-		return "", 0, nil
+// A listing cursor is "0/<scan cursor>" at the start of a scan step, or
+// "k<record>/<scan cursor>" after a record of it (its recordID, base64url).
+func cursor(step, after string) string {
+	if after == "" {
+		return "0/" + step
 	}
-	n, rest, ok := strings.Cut(c, "/")
-	if ok {
-		skip, err = strconv.Atoi(n)
-	}
-	if !ok || err != nil || skip < 0 {
-		return "", 0, invalid("cursor %q is not one a listing returned", c)
-	}
-	return rest, skip, nil
+	return "k" + base64.RawURLEncoding.EncodeToString([]byte(after)) + "/" + step
 }
+
+func parseCursor(c string) (step, after string, err error) {
+	if c == "" {
+		return "", "", nil
+	}
+	head, rest, ok := strings.Cut(c, "/")
+	switch {
+	case ok && head == "0":
+		return rest, "", nil
+	case ok && strings.HasPrefix(head, "k"):
+		b, derr := base64.RawURLEncoding.DecodeString(head[1:])
+		if derr == nil && len(b) > 0 {
+			return rest, string(b), nil
+		}
+	}
+	return "", "", invalid("cursor %q is not one a listing returned", c)
+}
+
+// recordID orders a scan step's matches: scope, then key.
+func recordID(r Record) string { return r.Scope + "\x00" + string(r.Key) }
 
 // StatsQuery selects what Stats counts.
 type StatsQuery struct {
