@@ -55,15 +55,7 @@ func amqpTopology(t *testing.T, url string) idemamqp.Topology {
 // amqpSend publishes msgs to queue at url, confirmed.
 func amqpSend(t *testing.T, url, queue string, msgs ...amqp091.Publishing) {
 	t.Helper()
-	conn, err := amqp091.Dial(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := testenv.AMQPChannel(t, url)
 	if err := ch.Confirm(false); err != nil {
 		t.Fatal(err)
 	}
@@ -81,15 +73,7 @@ func amqpSend(t *testing.T, url, queue string, msgs ...amqp091.Publishing) {
 // amqpDrain takes every message from queue at url, by MessageId.
 func amqpDrain(t *testing.T, url, queue string) map[string]amqp091.Delivery {
 	t.Helper()
-	conn, err := amqp091.Dial(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := testenv.AMQPChannel(t, url)
 	out := map[string]amqp091.Delivery{}
 	for {
 		d, ok, err := ch.Get(queue, true)

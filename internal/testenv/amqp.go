@@ -46,3 +46,19 @@ func amqpAnswers(url string) error {
 	}
 	return conn.Close()
 }
+
+// AMQPChannel opens a connection to url and a channel on it, both closed when the
+// test ends: the plain channel a test publishes, gets or inspects queues with.
+func AMQPChannel(t testing.TB, url string) *amqp091.Channel {
+	t.Helper()
+	conn, err := amqp091.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ch
+}
