@@ -25,6 +25,9 @@ func (f *flow[V, T]) ack(tag uint64) {
 // and at most an eighth of the prefetch window is held: usually the prefix
 // reaches it by then and the multiple-ack covers it; else it is acked alone, so a
 // stalled delivery holds back no other's ack for longer, nor many prefetch slots.
+// Acks alone go in bursts, in one write (corkConn): past the cap, the held tags
+// down to half of it; when the oldest has lingered out, every tag held for half
+// as long with it.
 func (f *flow[V, T]) acker() {
 	defer close(f.done)
 	var (
@@ -99,18 +102,27 @@ func (f *flow[V, T]) acker() {
 			}
 		}
 		held = keep
+		k := alone(held, open, maxHeld, now)
+		corked := k > 1 || k == 1 && top > 0 // more than one frame
+		if corked {
+			f.cork.cork()
+		}
 		var err error
 		if top > 0 {
 			err = f.sub.Ack(top, true)
 			highest = top
 		}
-		i := 0
-		for ; i < len(held) && err == nil && (!open || len(held)-i > maxHeld || now.Sub(held[i].since) >= ackLinger); i++ {
+		for i := 0; i < k && err == nil; i++ {
 			err = f.sub.Ack(held[i].tag, false)
 			highest = max(highest, held[i].tag)
 			n++
 		}
-		held = held[:copy(held, held[i:])]
+		if corked {
+			if uerr := f.cork.uncork(); err == nil {
+				err = uerr
+			}
+		}
+		held = held[:copy(held, held[k:])]
 		if err != nil {
 			broken = true
 			f.failed(fmt.Errorf("amqp: ack: %w", err))
@@ -120,6 +132,25 @@ func (f *flow[V, T]) acker() {
 			f.w.reportAck(consumer.AckEvent{Origin: consumer.Origin{Queue: f.w.topo.Queue, DeliveryTag: highest}, Messages: n})
 		}
 	}
+}
+
+// alone is how many of the held tags, oldest first, to ack one by one now: all
+// of them once the acks are closed; past maxHeld, down to half of it; once the
+// oldest has waited ackLinger, each that has waited half as long.
+func alone(held []heldTag, open bool, maxHeld int, now time.Time) int {
+	switch {
+	case !open:
+		return len(held)
+	case len(held) > maxHeld:
+		return len(held) - maxHeld/2
+	case len(held) == 0 || now.Sub(held[0].since) < ackLinger:
+		return 0
+	}
+	k := 1
+	for k < len(held) && now.Sub(held[k].since) >= ackLinger/2 {
+		k++
+	}
+	return k
 }
 
 // heldTag is a settled tag above the settled prefix, held since since.

@@ -27,7 +27,8 @@ func (w *Worker[V, T]) Check(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	conn, err := w.connect(ctx, true)
+	var cork *corkConn
+	conn, err := w.connect(ctx, true, &cork)
 	if err != nil {
 		if r := w.refusal(err, false); r != nil {
 			return r

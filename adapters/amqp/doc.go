@@ -27,7 +27,12 @@
 // one multiple-ack for the settled tags that extend the contiguous settled prefix;
 // a tag settled above the prefix waits up to 5ms for the prefix to reach it (and
 // at most an eighth of the prefetch waits), then is acked alone, so a slow
-// delivery never holds back the acks of others for longer.
+// delivery never holds back the acks of others for longer. AMQP 0-9-1 has no range
+// ack: behind a delivery that stays unacked, each later one needs an ack of its
+// own. Those go in bursts (past the cap, down to half of it; once the oldest has
+// waited 5ms, with it each that has waited 2.5ms), and a burst goes to the socket
+// in one write: a stalled delivery costs the others a frame apiece, not a write
+// apiece (and the broker reads the burst at once).
 // consumer.ActionFor decides:
 //
 //   - SUCCESS, DUPLICATE: ack. (A DUPLICATE of a key that failed for good is

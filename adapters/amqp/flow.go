@@ -24,6 +24,7 @@ type flow[V, T any] struct {
 	cancel context.CancelFunc
 	sub    *amqp091.Channel
 	pub    *publisher
+	cork   *corkConn // the connection's socket: the acker gathers a burst of acks into one write
 	pipe   *consumer.Pipeline[T]
 	acks   chan uint64 // settled delivery tags, for the acker
 	done   chan struct{}
@@ -78,14 +79,14 @@ func (m *delivery[V, T]) item() consumer.PipelineItem[T] {
 	return consumer.PipelineItem[T]{Key: m.key, Payload: m.d.Body, Run: m.run, Done: m.settled}
 }
 
-func (w *Worker[V, T]) newFlow(ctx context.Context, sub *amqp091.Channel, p *publisher) (*flow[V, T], error) {
+func (w *Worker[V, T]) newFlow(ctx context.Context, sub *amqp091.Channel, p *publisher, cork *corkConn) (*flow[V, T], error) {
 	pipe, err := consumer.NewPipeline[T](ctx, w.store, consumer.WithInFlight(w.cfg.prefetch),
 		consumer.WithConcurrency(w.cfg.concurrency), consumer.WithSource("amqp"))
 	if err != nil {
 		return nil, err
 	}
 	fctx, cancel := context.WithCancel(ctx)
-	f := &flow[V, T]{w: w, ctx: fctx, cancel: cancel, sub: sub, pub: p, pipe: pipe, acks: make(chan uint64, w.cfg.prefetch),
+	f := &flow[V, T]{w: w, ctx: fctx, cancel: cancel, sub: sub, pub: p, cork: cork, pipe: pipe, acks: make(chan uint64, w.cfg.prefetch),
 		done: make(chan struct{}), fail: make(chan error, 1)}
 	go f.acker()
 	if w.lanes != nil {

@@ -205,7 +205,8 @@ func permanent(err error, r *RefusedError, guessed *bool) error {
 
 // session runs one connection until it fails or ctx is cancelled.
 func (w *Worker[V, T]) session(ctx, work context.Context) error {
-	conn, err := w.connect(ctx, false)
+	var cork *corkConn
+	conn, err := w.connect(ctx, false, &cork)
 	if err != nil {
 		return err
 	}
@@ -232,7 +233,7 @@ func (w *Worker[V, T]) session(ctx, work context.Context) error {
 		return fmt.Errorf("amqp: consume %q: %w", w.topo.Queue, err)
 	}
 	p := &publisher{conn: conn, ch: pub, returns: returns, closed: pub.NotifyClose(make(chan *amqp091.Error, 1))}
-	f, err := w.newFlow(work, sub, p)
+	f, err := w.newFlow(work, sub, p, cork)
 	if err != nil {
 		return err
 	}
@@ -276,7 +277,8 @@ func closedError(what string, cerr *amqp091.Error) error {
 // connect dials the broker and declares the topology (WithDeclare), or with
 // verify checks that its queues exist. A refusal of the login or the vhost comes
 // back as a *RefusedError. The dial is bounded by ctx's deadline and dialTimeout.
-func (w *Worker[V, T]) connect(ctx context.Context, verify bool) (*amqp091.Connection, error) {
+// *cork is set to the connection's socket (corkConn).
+func (w *Worker[V, T]) connect(ctx context.Context, verify bool, cork **corkConn) (*amqp091.Connection, error) {
 	timeout := dialTimeout
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = max(min(timeout, time.Until(dl)), time.Millisecond)
@@ -285,7 +287,7 @@ func (w *Worker[V, T]) connect(ctx context.Context, verify bool) (*amqp091.Conne
 	conn, err := amqp091.DialConfig(w.url, amqp091.Config{
 		Properties: amqp091.Table{"connection_name": w.cfg.name},
 		Heartbeat:  10 * time.Second,
-		Dial:       amqp091.DefaultDial(timeout),
+		Dial:       dialCorked(timeout, cork),
 	})
 	if err != nil {
 		// The client library takes a login that ran out of time for a refusal too.
