@@ -95,6 +95,13 @@ type PipelineItem[T any] struct {
 	// invalid key), and should return quickly. A panic in Done is
 	// recovered and logged at Error with the result it was given.
 	Done func(Result[T])
+	// DoneContext is Done given the context that was given to Submit as well, as
+	// it was given (it may have ended since): one function value can then serve
+	// every message, finding its message in that context (a context of the
+	// caller's own type, or a value it carries), where Done needs a closure, an
+	// allocation, per message. It is called as Done is, with the same panic policy.
+	// Set Done or DoneContext, not both.
+	DoneContext func(ctx context.Context, r Result[T])
 }
 
 // pitem is a message inside the pipeline: once claimed, an attempt. Its handler's
@@ -209,8 +216,13 @@ var ErrPipelineStopped = errors.New("consumer: pipeline stopped")
 // message was then not taken and its Done is not called. A message with an invalid
 // key is taken and answered at once.
 func (p *Pipeline[T]) Submit(ctx context.Context, it PipelineItem[T]) error {
-	if it.Run == nil || it.Done == nil {
-		return configError("pipeline item without Run or Done")
+	switch {
+	case it.Run == nil:
+		return configError("pipeline item without Run")
+	case it.Done == nil && it.DoneContext == nil:
+		return configError("pipeline item without Done or DoneContext: set one")
+	case it.Done != nil && it.DoneContext != nil:
+		return configError("pipeline item with both Done and DoneContext: set one")
 	}
 	select {
 	case p.slots <- struct{}{}: // a free slot: no need to watch ctx and quit
@@ -225,7 +237,7 @@ func (p *Pipeline[T]) Submit(ctx context.Context, it PipelineItem[T]) error {
 	}
 	if err := it.Key.Validate(); err != nil {
 		<-p.slots
-		p.deliver(it.Done, Result[T]{Outcome: Error, Key: it.Key, Err: err})
+		p.deliver(ctx, &it, Result[T]{Outcome: Error, Key: it.Key, Err: err})
 		return nil
 	}
 	var fp Fingerprint
@@ -324,7 +336,7 @@ func (p *Pipeline[T]) answer(it *pitem[T], r Result[T]) {
 		}
 		p.reportOutcome(it, &r, took)
 	}
-	p.deliver(it.Done, r)
+	p.deliver(it.hctx.parent, &it.PipelineItem, r)
 }
 
 // reportOutcome tells the observers of it's outcome r, containing a panic in an
@@ -338,15 +350,20 @@ func (p *Pipeline[T]) reportOutcome(it *pitem[T], r *Result[T], took time.Durati
 	reportOutcome(it.hctx.plain(), p.s, p.source, r, took)
 }
 
-// deliver calls done with r. A panic in done is contained: it is logged with the
-// result done was given, and the pipeline goes on.
-func (p *Pipeline[T]) deliver(done func(Result[T]), r Result[T]) {
+// deliver calls it's Done with r, or its DoneContext with r and ctx, the context
+// it was submitted with. A panic there is contained: it is logged with the result
+// it was given, and the pipeline goes on.
+func (p *Pipeline[T]) deliver(ctx context.Context, it *PipelineItem[T], r Result[T]) {
 	defer func() {
 		if v := recover(); v != nil {
 			contained(p.s, "calling a message's Done", v, 1, resultAttrs(&r)...)
 		}
 	}()
-	done(r)
+	if it.DoneContext != nil {
+		it.DoneContext(ctx, r)
+		return
+	}
+	it.Done(r)
 }
 
 // resultAttrs are the log attributes of a result whose delivery panicked.
