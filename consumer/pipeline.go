@@ -71,6 +71,8 @@ type Pipeline[T any] struct {
 	timer       *time.Timer     // wakes the loop when a gathering call is due
 	timerAt     int64           // when timer fires (mono); 0: not armed
 	slab        []pitem[T]      // messages are allocated from here, a slab at a time
+	free        []*pitem[T]     // settled messages, zeroed for reuse (see recycle)
+	ctxs        []itemCtx       // handler contexts are allocated from here, a slab at a time
 	bufs        sync.Pool       // *callBuf[T]: the working slices of claim and settle calls
 	inflight    map[Key]*pitem[T]
 	stopped     bool          // Shutdown began: no more messages
@@ -105,21 +107,23 @@ type PipelineItem[T any] struct {
 }
 
 // pitem is a message inside the pipeline: once claimed, an attempt. Its handler's
-// context (hctx, which attempt.lease cancels) is made when it is submitted, as a
-// child of Submit's context.
+// context (attempt.hctx, which attempt.lease cancels) is made when it is
+// submitted, as a child of Submit's context. Once settled and answered, a pitem
+// is reused for a later message (see recycle); its handler's context is not,
+// since a handler, or Done's caller, may keep it.
 type pitem[T any] struct {
 	PipelineItem[T]
 	attempt[T]
 	fp        Fingerprint
-	hctx      itemCtx
 	result    Result[T]
 	sent      time.Time   // when its claim call was sent
 	unguarded error       // the store's error, when WithFailOpen runs it without a claim
 	next      []*pitem[T] // messages of the same key waiting for this one
 }
 
-// pitemSlab is how many messages are allocated at once. A slab lives as long as
-// any of its messages is referenced (a handler may keep its context).
+// pitemSlab is how many messages, or handler contexts, are allocated at once. A
+// slab of contexts lives as long as any of them is referenced (a handler may keep
+// its context).
 const pitemSlab = 64
 
 // PipelineOption configures a Pipeline. Every option states its default.
@@ -252,8 +256,9 @@ func (p *Pipeline[T]) Submit(ctx context.Context, it PipelineItem[T]) error {
 	}
 	pi := p.newItem()
 	pi.PipelineItem, pi.fp = it, fp
+	pi.hctx = p.newCtx()
 	pi.hctx.init(ctx)
-	pi.lease.ctx, pi.attempt.hctx, pi.res = &pi.hctx, &pi.hctx, &pi.result
+	pi.lease.ctx, pi.res = pi.hctx, &pi.result
 	p.items.Add(1)
 	if first := p.inflight[it.Key]; first != nil {
 		first.next = append(first.next, pi) // runs once the first settles
@@ -265,14 +270,50 @@ func (p *Pipeline[T]) Submit(ctx context.Context, it PipelineItem[T]) error {
 	return nil
 }
 
-// newItem returns a zero message from the slab. p.mu is held.
+// newItem returns a zero message: a recycled one, or one from the slab. p.mu is
+// held.
 func (p *Pipeline[T]) newItem() *pitem[T] {
+	if n := len(p.free); n > 0 {
+		pi := p.free[n-1]
+		p.free[n-1] = nil
+		p.free = p.free[:n-1]
+		return pi
+	}
 	if len(p.slab) == 0 {
 		p.slab = make([]pitem[T], pitemSlab)
 	}
 	pi := &p.slab[0]
 	p.slab = p.slab[1:]
 	return pi
+}
+
+// newCtx returns a zero handler context from its slab. p.mu is held.
+func (p *Pipeline[T]) newCtx() *itemCtx {
+	if len(p.ctxs) == 0 {
+		p.ctxs = make([]itemCtx, pitemSlab)
+	}
+	c := &p.ctxs[0]
+	p.ctxs = p.ctxs[1:]
+	return c
+}
+
+// recycle zeroes its, messages answered and let go (nothing of the pipeline's
+// refers to them any more), and keeps them for newItem. Only the lease keeper may
+// still hold one: a renewal in flight that took its lease before it was settled.
+// So they are zeroed under the keeper's lock, each lease's gen bumped, and the
+// renewal leaves them alone (see keeper.tick).
+func (p *Pipeline[T]) recycle(its ...*pitem[T]) {
+	k := p.keep
+	k.mu.Lock()
+	for _, it := range its {
+		gen := it.lease.gen
+		*it = pitem[T]{}
+		it.lease.gen = gen + 1
+	}
+	k.mu.Unlock()
+	p.mu.Lock()
+	p.free = append(p.free, its...)
+	p.mu.Unlock()
 }
 
 // readyLocked queues it for a claim call, at the front when first, and wakes the
@@ -294,6 +335,7 @@ func (p *Pipeline[T]) finish(it *pitem[T], r Result[T]) {
 	p.mu.Lock()
 	unrun := p.nextLocked(it)
 	p.mu.Unlock()
+	p.recycle(it)
 	<-p.slots
 	p.items.Done()
 	if unrun != nil {
@@ -314,6 +356,7 @@ func (p *Pipeline[T]) finishAll(its []*pitem[T]) {
 		}
 	}
 	p.mu.Unlock()
+	p.recycle(its...)
 	for range its {
 		<-p.slots
 		p.items.Done()
