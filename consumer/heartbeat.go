@@ -59,6 +59,12 @@ type lease struct {
 	lost     *LeaseLostError
 	done     bool // settled: no longer renewed or guarded
 	slot     int  // 1 + its index in the keeper's leases while kept; 0 otherwise
+	// gen counts the uses of this lease's memory: a Pipeline reuses a settled
+	// message, lease included, for a later one, and bumps gen under the keeper's
+	// lock when it does (see Pipeline.recycle). A renewal in flight notes the gen
+	// of each lease it sends, and leaves a lease whose gen moved since untouched:
+	// its answer is about the earlier claim.
+	gen uint64
 }
 
 // epoch anchors mono: a monotonic clock in nanoseconds, cheaper to keep per
@@ -159,10 +165,12 @@ func (k *keeper) tick(ctx context.Context) {
 	}
 	k.wg.Add(1)
 	defer k.wg.Done()
-	var live []*lease // every kept lease is unsettled (finish drops it)
+	// Every kept lease is unsettled (finish drops it), so its message is not
+	// reused while k.mu is held: what is sent, and each lease's gen, are read now.
+	live, owned, gens := make([]*lease, 0, len(k.leases)), make([]Owned, 0, len(k.leases)), make([]uint64, 0, len(k.leases))
 	for _, l := range k.leases {
 		if l.lost == nil {
-			live = append(live, l)
+			live, owned, gens = append(live, l), append(owned, l.owned()), append(gens, l.gen)
 		}
 	}
 	k.armGuard(monoNow())
@@ -170,10 +178,6 @@ func (k *keeper) tick(ctx context.Context) {
 
 	next := k.interval
 	if len(live) > 0 {
-		owned := make([]Owned, len(live))
-		for n, l := range live {
-			owned[n] = l.owned()
-		}
 		sent := monoNow()
 		cctx, cancel := context.WithTimeout(ctx, k.bound)
 		errs := k.store.Extend(cctx, owned)
@@ -193,6 +197,7 @@ func (k *keeper) tick(ctx context.Context) {
 				err = &StoreError{Op: "extend", Err: errors.New("the store answered fewer items than it was sent")}
 			}
 			switch {
+			case l.gen != gens[n]: // settled, and its memory reused since: not this call's
 			case l.done || l.lost != nil:
 			case err == nil:
 				if dl := sent + int64(k.lease-k.margin); dl > l.deadline {

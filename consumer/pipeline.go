@@ -71,6 +71,8 @@ type Pipeline[T any] struct {
 	timer       *time.Timer     // wakes the loop when a gathering call is due
 	timerAt     int64           // when timer fires (mono); 0: not armed
 	slab        []pitem[T]      // messages are allocated from here, a slab at a time
+	free        []*pitem[T]     // settled messages, zeroed for reuse (see recycle)
+	ctxs        []itemCtx       // handler contexts are allocated from here, a slab at a time
 	bufs        sync.Pool       // *callBuf[T]: the working slices of claim and settle calls
 	inflight    map[Key]*pitem[T]
 	stopped     bool          // Shutdown began: no more messages
@@ -95,24 +97,33 @@ type PipelineItem[T any] struct {
 	// invalid key), and should return quickly. A panic in Done is
 	// recovered and logged at Error with the result it was given.
 	Done func(Result[T])
+	// DoneContext is Done given the context that was given to Submit as well, as
+	// it was given (it may have ended since): one function value can then serve
+	// every message, finding its message in that context (a context of the
+	// caller's own type, or a value it carries), where Done needs a closure, an
+	// allocation, per message. It is called as Done is, with the same panic policy.
+	// Set Done or DoneContext, not both.
+	DoneContext func(ctx context.Context, r Result[T])
 }
 
 // pitem is a message inside the pipeline: once claimed, an attempt. Its handler's
-// context (hctx, which attempt.lease cancels) is made when it is submitted, as a
-// child of Submit's context.
+// context (attempt.hctx, which attempt.lease cancels) is made when it is
+// submitted, as a child of Submit's context. Once settled and answered, a pitem
+// is reused for a later message (see recycle); its handler's context is not,
+// since a handler, or Done's caller, may keep it.
 type pitem[T any] struct {
 	PipelineItem[T]
 	attempt[T]
 	fp        Fingerprint
-	hctx      itemCtx
 	result    Result[T]
 	sent      time.Time   // when its claim call was sent
 	unguarded error       // the store's error, when WithFailOpen runs it without a claim
 	next      []*pitem[T] // messages of the same key waiting for this one
 }
 
-// pitemSlab is how many messages are allocated at once. A slab lives as long as
-// any of its messages is referenced (a handler may keep its context).
+// pitemSlab is how many messages, or handler contexts, are allocated at once. A
+// slab of contexts lives as long as any of them is referenced (a handler may keep
+// its context).
 const pitemSlab = 64
 
 // PipelineOption configures a Pipeline. Every option states its default.
@@ -209,8 +220,13 @@ var ErrPipelineStopped = errors.New("consumer: pipeline stopped")
 // message was then not taken and its Done is not called. A message with an invalid
 // key is taken and answered at once.
 func (p *Pipeline[T]) Submit(ctx context.Context, it PipelineItem[T]) error {
-	if it.Run == nil || it.Done == nil {
-		return configError("pipeline item without Run or Done")
+	switch {
+	case it.Run == nil:
+		return configError("pipeline item without Run")
+	case it.Done == nil && it.DoneContext == nil:
+		return configError("pipeline item without Done or DoneContext: set one")
+	case it.Done != nil && it.DoneContext != nil:
+		return configError("pipeline item with both Done and DoneContext: set one")
 	}
 	select {
 	case p.slots <- struct{}{}: // a free slot: no need to watch ctx and quit
@@ -225,7 +241,7 @@ func (p *Pipeline[T]) Submit(ctx context.Context, it PipelineItem[T]) error {
 	}
 	if err := it.Key.Validate(); err != nil {
 		<-p.slots
-		p.deliver(it.Done, Result[T]{Outcome: Error, Key: it.Key, Err: err})
+		p.deliver(ctx, &it, Result[T]{Outcome: Error, Key: it.Key, Err: err})
 		return nil
 	}
 	var fp Fingerprint
@@ -240,8 +256,9 @@ func (p *Pipeline[T]) Submit(ctx context.Context, it PipelineItem[T]) error {
 	}
 	pi := p.newItem()
 	pi.PipelineItem, pi.fp = it, fp
+	pi.hctx = p.newCtx()
 	pi.hctx.init(ctx)
-	pi.lease.ctx, pi.attempt.hctx, pi.res = &pi.hctx, &pi.hctx, &pi.result
+	pi.lease.ctx, pi.res = pi.hctx, &pi.result
 	p.items.Add(1)
 	if first := p.inflight[it.Key]; first != nil {
 		first.next = append(first.next, pi) // runs once the first settles
@@ -253,14 +270,50 @@ func (p *Pipeline[T]) Submit(ctx context.Context, it PipelineItem[T]) error {
 	return nil
 }
 
-// newItem returns a zero message from the slab. p.mu is held.
+// newItem returns a zero message: a recycled one, or one from the slab. p.mu is
+// held.
 func (p *Pipeline[T]) newItem() *pitem[T] {
+	if n := len(p.free); n > 0 {
+		pi := p.free[n-1]
+		p.free[n-1] = nil
+		p.free = p.free[:n-1]
+		return pi
+	}
 	if len(p.slab) == 0 {
 		p.slab = make([]pitem[T], pitemSlab)
 	}
 	pi := &p.slab[0]
 	p.slab = p.slab[1:]
 	return pi
+}
+
+// newCtx returns a zero handler context from its slab. p.mu is held.
+func (p *Pipeline[T]) newCtx() *itemCtx {
+	if len(p.ctxs) == 0 {
+		p.ctxs = make([]itemCtx, pitemSlab)
+	}
+	c := &p.ctxs[0]
+	p.ctxs = p.ctxs[1:]
+	return c
+}
+
+// recycle zeroes its, messages answered and let go (nothing of the pipeline's
+// refers to them any more), and keeps them for newItem. Only the lease keeper may
+// still hold one: a renewal in flight that took its lease before it was settled.
+// So they are zeroed under the keeper's lock, each lease's gen bumped, and the
+// renewal leaves them alone (see keeper.tick).
+func (p *Pipeline[T]) recycle(its ...*pitem[T]) {
+	k := p.keep
+	k.mu.Lock()
+	for _, it := range its {
+		gen := it.lease.gen
+		*it = pitem[T]{}
+		it.lease.gen = gen + 1
+	}
+	k.mu.Unlock()
+	p.mu.Lock()
+	p.free = append(p.free, its...)
+	p.mu.Unlock()
 }
 
 // readyLocked queues it for a claim call, at the front when first, and wakes the
@@ -282,6 +335,7 @@ func (p *Pipeline[T]) finish(it *pitem[T], r Result[T]) {
 	p.mu.Lock()
 	unrun := p.nextLocked(it)
 	p.mu.Unlock()
+	p.recycle(it)
 	<-p.slots
 	p.items.Done()
 	if unrun != nil {
@@ -302,6 +356,7 @@ func (p *Pipeline[T]) finishAll(its []*pitem[T]) {
 		}
 	}
 	p.mu.Unlock()
+	p.recycle(its...)
 	for range its {
 		<-p.slots
 		p.items.Done()
@@ -324,7 +379,7 @@ func (p *Pipeline[T]) answer(it *pitem[T], r Result[T]) {
 		}
 		p.reportOutcome(it, &r, took)
 	}
-	p.deliver(it.Done, r)
+	p.deliver(it.hctx.parent, &it.PipelineItem, r)
 }
 
 // reportOutcome tells the observers of it's outcome r, containing a panic in an
@@ -338,15 +393,20 @@ func (p *Pipeline[T]) reportOutcome(it *pitem[T], r *Result[T], took time.Durati
 	reportOutcome(it.hctx.plain(), p.s, p.source, r, took)
 }
 
-// deliver calls done with r. A panic in done is contained: it is logged with the
-// result done was given, and the pipeline goes on.
-func (p *Pipeline[T]) deliver(done func(Result[T]), r Result[T]) {
+// deliver calls it's Done with r, or its DoneContext with r and ctx, the context
+// it was submitted with. A panic there is contained: it is logged with the result
+// it was given, and the pipeline goes on.
+func (p *Pipeline[T]) deliver(ctx context.Context, it *PipelineItem[T], r Result[T]) {
 	defer func() {
 		if v := recover(); v != nil {
 			contained(p.s, "calling a message's Done", v, 1, resultAttrs(&r)...)
 		}
 	}()
-	done(r)
+	if it.DoneContext != nil {
+		it.DoneContext(ctx, r)
+		return
+	}
+	it.Done(r)
 }
 
 // resultAttrs are the log attributes of a result whose delivery panicked.

@@ -41,12 +41,13 @@ type Consumer[V, T any] struct {
 
 	running atomic.Bool
 	pipe    *consumer.Pipeline[T]
-	run     func(context.Context) (T, error) // runRecord, the handler of every record
-	seed    maphash.Seed                     // of the lanes' key hashes
-	fetched []*kgo.Record                    // take's buffer (the poll loop's)
-	startq  chan struct{}                    // wakes the starter
-	stop    chan struct{}                    // closed when Run ends: timers and the starter give up
-	ready   chan struct{}                    // closed once New has read the client (cl, group, topics, regex...)
+	run     func(context.Context) (T, error)          // runRecord, the handler of every record
+	settled func(context.Context, consumer.Result[T]) // doneRecord, the DoneContext of every record
+	seed    maphash.Seed                              // of the lanes' key hashes
+	fetched []*kgo.Record                             // take's buffer (the poll loop's)
+	startq  chan struct{}                             // wakes the starter
+	stop    chan struct{}                             // closed when Run ends: timers and the starter give up
+	ready   chan struct{}                             // closed once New has read the client (cl, group, topics, regex...)
 
 	mu       sync.Mutex
 	parts    map[topicPartition]*partition
@@ -133,7 +134,7 @@ func NewTyped[V, T any](store consumer.Store, clientOpts []kgo.Opt, decode func(
 	if err != nil {
 		return nil, diagnose(clientOpts, err)
 	}
-	c.run = c.runRecord
+	c.run, c.settled = c.runRecord, c.doneRecord
 	err = c.attach(cl)
 	close(c.ready)
 	if err != nil {

@@ -32,11 +32,13 @@ var errPartitionGone = errors.New("kafka: the record's partition was revoked")
 // one fetch are allocated together (as kgo allocates their kgo.Records), so that
 // taking a record costs no allocation of its own.
 //
-// A record is also the context its handler's context derives from: its
-// partition's (cancelled when the partition is revoked or lost), answering the
-// record itself for the consumer's one handler function (Consumer.runRecord),
-// so that no closure is made per record for it, and its message (headers,
-// origin) for the engine's events and tracers, so that no context.WithValue is.
+// A record is also the context it is submitted with, which its handler's context
+// derives from: its partition's (cancelled when the partition is revoked or lost),
+// answering the record itself for the consumer's one handler function
+// (Consumer.runRecord), and given back as itself to its one DoneContext function
+// (Consumer.doneRecord), so that no closure is made per record for either, and
+// answering its message (headers, origin) for the engine's events and tracers, so
+// that no context.WithValue is.
 type record[V any] struct {
 	context.Context // its partition's
 	rec             *kgo.Record
@@ -266,8 +268,8 @@ func (c *Consumer[V, T]) start(r *record[V]) {
 	}
 	err := c.pipe.Submit(r, consumer.PipelineItem[T]{ // r answers its msg (see record.Value)
 		Key: r.key, Payload: r.rec.Value,
-		Run:  c.run,
-		Done: func(res consumer.Result[T]) { c.done(r, res) },
+		Run:         c.run,
+		DoneContext: c.settled,
 	})
 	if err != nil { // the partition went away, or the consumer stops
 		c.finish(r, false)
@@ -287,6 +289,12 @@ func (c *Consumer[V, T]) runRecord(hctx context.Context) (T, error) {
 }
 
 func (c *Consumer[V, T]) isGone(p *partition) bool { return p.gone.Load() }
+
+// doneRecord is the DoneContext of every record: ctx is the record it was
+// submitted with. c.settled holds it as one function value for every record.
+func (c *Consumer[V, T]) doneRecord(ctx context.Context, res consumer.Result[T]) {
+	c.done(ctx.(*record[V]), res)
+}
 
 // done maps a result to its action (consumer.ActionFor). It runs on the engine's
 // goroutines: anything that waits goes to a goroutine or a timer of its own.
