@@ -112,7 +112,7 @@ func (w *Worker[V, T]) traced(m *delivery[V, T]) amqp091.Table {
 	}
 	ctx := m.hctx
 	if ctx == nil {
-		ctx = m.ctx
+		ctx = m
 	}
 	copytrace.Inject(ctx, w.log, w.obs, func(k, v string) { extra[k] = v })
 	return extra

@@ -26,7 +26,9 @@ type flow[V, T any] struct {
 	pub    *publisher
 	cork   *corkConn // the connection's socket: the acker gathers a burst of acks into one write
 	pipe   *consumer.Pipeline[T]
-	acks   chan uint64 // settled delivery tags, for the acker
+	run    func(context.Context) (T, error)          // runDelivery, the Run of every delivery
+	answer func(context.Context, consumer.Result[T]) // doneDelivery, the DoneContext of every delivery
+	acks   chan uint64                               // settled delivery tags, for the acker
 	done   chan struct{}
 	tags   ordering.Tracker
 	fail   chan error // an ack or a republish failed: the session ends
@@ -41,29 +43,66 @@ type flow[V, T any] struct {
 }
 
 // delivery is one delivery of a session with everything its run, its lane and
-// its settlement need, in one allocation.
+// its settlement need, in one allocation. It is also the context it is submitted
+// with, which its handler's context derives from: the session's work (flow.ctx),
+// answering the delivery itself for the flow's one run and done functions
+// (runDelivery, doneDelivery), so that no closure is made per delivery for
+// either, and its message for the engine's events and tracers, so that no
+// context.WithValue is (see Value).
 type delivery[V, T any] struct {
-	f    *flow[V, T]
-	d    amqp091.Delivery
-	v    *V // the decoded body, in the same allocation (decoded); nil for NewWorker, whose handler reads d
-	key  consumer.Key
-	lane string          // its lane; "" unordered
-	ctx  context.Context // the session's, holding msg
-	msg  observe.Message // its headers and origin, for events and tracers
-	hctx context.Context // its handler's context in its last run (the span its copies carry); nil before one
+	context.Context // the session's work
+	f               *flow[V, T]
+	d               amqp091.Delivery
+	v               *V // the decoded body, in the same allocation (decoded); nil for NewWorker, whose handler reads d
+	key             consumer.Key
+	lane            string          // its lane; "" unordered
+	msg             observe.Message // its headers and origin, for events and tracers
+	hctx            context.Context // its handler's context in its last run (the span its copies carry); nil before one
 
 	// Ordered only: what it went through waiting in its lane.
 	tries   int // handler failures retried in place (attempts)
 	outages int // waits without a handler run (not attempts)
 }
 
-func (m *delivery[V, T]) run(ctx context.Context) (T, error) {
-	m.hctx = ctx // read once the engine settled this run (Done), or by a later run of its lane
+// deliveryKey is the context key a delivery answers itself for.
+type deliveryKey struct{}
+
+// messageKey is the context key of the message the engine reports on its events
+// and tracers read.
+var messageKey = observe.MessageKey()
+
+// Value answers the delivery for deliveryKey, its message for messageKey, and
+// asks the session's context for anything else.
+func (m *delivery[V, T]) Value(key any) any {
+	switch {
+	case key == deliveryKey{}:
+		return m
+	case key == messageKey:
+		return &m.msg
+	}
+	return m.Context.Value(key)
+}
+
+// runDelivery is the Run of every delivery: hctx derives from the delivery.
+func (f *flow[V, T]) runDelivery(hctx context.Context) (T, error) {
+	m, ok := hctx.Value(deliveryKey{}).(*delivery[V, T])
+	if !ok {
+		var zero T
+		return zero, errors.New("amqp: a handler context without its delivery")
+	}
+	m.hctx = hctx // read once the engine settled this run (Done), or by a later run of its lane
 	var v V
 	if m.v != nil {
 		v = *m.v
 	}
-	return m.f.w.handle(ctx, v, m.d)
+	return f.w.handle(hctx, v, m.d)
+}
+
+// doneDelivery is the DoneContext of every delivery: ctx is the delivery itself.
+func (f *flow[V, T]) doneDelivery(ctx context.Context, r consumer.Result[T]) {
+	if m, ok := ctx.(*delivery[V, T]); ok {
+		f.settled(m, r)
+	}
 }
 
 // decoded is a delivery with room for its decoded body, in one allocation.
@@ -72,11 +111,9 @@ type decoded[V, T any] struct {
 	val V
 }
 
-func (m *delivery[V, T]) settled(r consumer.Result[T]) { m.f.settled(m, r) }
-
 // item is m for the engine.
 func (m *delivery[V, T]) item() consumer.PipelineItem[T] {
-	return consumer.PipelineItem[T]{Key: m.key, Payload: m.d.Body, Run: m.run, Done: m.settled}
+	return consumer.PipelineItem[T]{Key: m.key, Payload: m.d.Body, Run: m.f.run, DoneContext: m.f.answer}
 }
 
 func (w *Worker[V, T]) newFlow(ctx context.Context, sub *amqp091.Channel, p *publisher, cork *corkConn) (*flow[V, T], error) {
@@ -88,6 +125,7 @@ func (w *Worker[V, T]) newFlow(ctx context.Context, sub *amqp091.Channel, p *pub
 	fctx, cancel := context.WithCancel(ctx)
 	f := &flow[V, T]{w: w, ctx: fctx, cancel: cancel, sub: sub, pub: p, cork: cork, pipe: pipe, acks: make(chan uint64, w.cfg.prefetch),
 		done: make(chan struct{}), fail: make(chan error, 1)}
+	f.run, f.answer = f.runDelivery, f.doneDelivery
 	go f.acker()
 	if w.lanes != nil {
 		f.startLanes()
@@ -162,19 +200,19 @@ func (f *flow[V, T]) take(d *amqp091.Delivery) error {
 		m.lane, err = w.cfg.ordering.lane(&m.d, v, string(m.key))
 	}
 	m.msg = observe.Message{Headers: table(m.d.Headers), Origin: observe.Origin{Queue: w.topo.Queue, DeliveryTag: m.d.DeliveryTag}}
-	m.ctx = observe.WithMessage(f.ctx, &m.msg)
+	m.Context = f.ctx
 	if err != nil {
 		kind := "UNDECODABLE"
 		if errors.Is(err, ErrNoKey) {
 			kind = "NO_KEY"
 		}
-		f.spawn(func() { f.deadLetter(m.ctx, m, attemptsOf(&m.d)+1, kind, consumer.Error, err) })
+		f.spawn(func() { f.deadLetter(m, m, attemptsOf(&m.d)+1, kind, consumer.Error, err) })
 		return nil
 	}
 	if m.lane != "" && !w.lanes.Push(m.lane, m) {
 		return nil // its lane's turn comes when the deliveries before it are done
 	}
-	if err := f.pipe.Submit(m.ctx, m.item()); err != nil {
+	if err := f.pipe.Submit(m, m.item()); err != nil {
 		f.release(m)
 		return err
 	}
@@ -203,7 +241,7 @@ func (f *flow[V, T]) settled(m *delivery[V, T], r consumer.Result[T]) {
 		return
 	case consumer.DeadLetter:
 		attempts := attemptsOf(&m.d) + m.tries + 1
-		f.spawn(func() { f.deadLetter(m.ctx, m, attempts, consumer.DeadLetterKind(r.Err), r.Outcome, r.Err) })
+		f.spawn(func() { f.deadLetter(m, m, attempts, consumer.DeadLetterKind(r.Err), r.Outcome, r.Err) })
 		f.release(m) // its handler never runs again: the lane goes on
 		return
 	}
@@ -230,7 +268,7 @@ func (f *flow[V, T]) settled(m *delivery[V, T], r consumer.Result[T]) {
 		}
 		delay = w.topo.retryDelay(attempts, 0)
 	}
-	f.spawn(func() { f.retry(m.ctx, m, attempts, delay, r) })
+	f.spawn(func() { f.retry(m, m, attempts, delay, r) })
 }
 
 // again runs an ordered delivery again in place, after a pause, holding back its
@@ -267,6 +305,6 @@ func (f *flow[V, T]) again(m *delivery[V, T], r consumer.Result[T]) {
 func (f *flow[V, T]) exhausted(m *delivery[V, T], attempts int, r consumer.Result[T]) {
 	why := fmt.Errorf("still failing after %d deliveries: %w", attempts, r.Err)
 	f.spawn(func() {
-		f.deadLetter(m.ctx, m, attempts, consumer.DeadLetterKind(consumer.ErrAttemptsExhausted), r.Outcome, why)
+		f.deadLetter(m, m, attempts, consumer.DeadLetterKind(consumer.ErrAttemptsExhausted), r.Outcome, why)
 	})
 }

@@ -50,7 +50,7 @@ func (f *flow[V, T]) starter() {
 				f.release(m)
 				continue
 			}
-			if err := f.pipe.Submit(m.ctx, m.item()); err != nil { // shutting down
+			if err := f.pipe.Submit(m, m.item()); err != nil { // shutting down
 				f.release(m)
 			}
 		}
