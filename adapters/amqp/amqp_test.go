@@ -27,6 +27,7 @@ type counters struct {
 	dead       atomic.Int64
 	reconnects atomic.Int64
 	resumes    atomic.Int64
+	onPause    func() // called in OnPause, when set before the worker starts
 
 	mu          sync.Mutex
 	deadLetters []consumer.DeadLetterEvent
@@ -34,8 +35,13 @@ type counters struct {
 
 func (c *counters) OnOutcome(e consumer.OutcomeEvent) { c.outcomes[e.Outcome].Add(1) }
 func (c *counters) OnRetry(consumer.RetryEvent)       { c.retries.Add(1) }
-func (c *counters) OnPause(consumer.PauseEvent)       { c.reconnects.Add(1) }
-func (c *counters) OnResume(consumer.PauseEvent)      { c.resumes.Add(1) }
+func (c *counters) OnPause(consumer.PauseEvent) {
+	c.reconnects.Add(1)
+	if c.onPause != nil {
+		c.onPause()
+	}
+}
+func (c *counters) OnResume(consumer.PauseEvent) { c.resumes.Add(1) }
 
 func (c *counters) OnDeadLetter(e consumer.DeadLetterEvent) {
 	c.mu.Lock()
@@ -350,6 +356,9 @@ func TestInvalidConfiguration(t *testing.T) {
 		{"dlq is queue", store, testenv.LocalAMQPURL, idemamqp.Topology{Queue: "q", DeadLetterQueue: "q"}, nil, "DeadLetterQueue"},
 		{"bad delay", store, testenv.LocalAMQPURL, idemamqp.Topology{Queue: "q", RetryDelays: []time.Duration{time.Microsecond}}, nil, "retry delay"},
 		{"prefetch", store, testenv.LocalAMQPURL, topo, []idemamqp.Option{idemamqp.WithPrefetch(0)}, "WithPrefetch"},
+		{"heartbeat under a second", store, testenv.LocalAMQPURL, topo, []idemamqp.Option{idemamqp.WithHeartbeat(500 * time.Millisecond)}, "WithHeartbeat"},
+		{"heartbeat not whole seconds", store, testenv.LocalAMQPURL, topo, []idemamqp.Option{idemamqp.WithHeartbeat(1500 * time.Millisecond)}, "whole seconds"},
+		{"heartbeat past AMQP's field", store, testenv.LocalAMQPURL, topo, []idemamqp.Option{idemamqp.WithHeartbeat(24 * time.Hour)}, "WithHeartbeat"},
 		{"concurrency", store, testenv.LocalAMQPURL, topo, []idemamqp.Option{idemamqp.WithPrefetch(2), idemamqp.WithConcurrency(5)}, "WithConcurrency"},
 		{"value key", store, testenv.LocalAMQPURL, topo, []idemamqp.Option{idemamqp.WithValueKey(func(o order) (consumer.Key, error) { return "", nil })}, "WithValueKey"},
 	} {

@@ -63,6 +63,7 @@ type config struct {
 	consumerTimeout time.Duration
 	backoffBase     time.Duration
 	backoffMax      time.Duration
+	heartbeat       time.Duration
 	name            string
 	logger          *slog.Logger
 }
@@ -76,6 +77,7 @@ func defaults() config {
 		consumerTimeout: 30 * time.Minute,
 		backoffBase:     100 * time.Millisecond,
 		backoffMax:      10 * time.Second,
+		heartbeat:       10 * time.Second,
 		name:            "idemkit-worker",
 	}
 }
@@ -155,6 +157,14 @@ func WithReconnectBackoff(base, max time.Duration) Option {
 	return optFunc(func(c *config) { c.backoffBase, c.backoffMax = base, max })
 }
 
+// WithHeartbeat sets the AMQP heartbeat interval the worker asks for (the broker
+// may lower it, never raise it): a connection that hears nothing from the broker
+// for three intervals is taken as lost, as a network partition leaves it (no
+// error, no reset), and the worker reconnects; its unacked deliveries went back
+// to the queue with it. AMQP counts whole seconds: give 1s to 18h12m15s.
+// Default 10s.
+func WithHeartbeat(d time.Duration) Option { return optFunc(func(c *config) { c.heartbeat = d }) }
+
 // WithName sets the connection name shown by the broker and the consumer tag
 // prefix. Default "idemkit-worker".
 func WithName(name string) Option { return optFunc(func(c *config) { c.name = name }) }
@@ -174,6 +184,8 @@ func (c *config) validate() error {
 		return configError("WithMaxAttempts(%d): give at least 1", c.maxAttempts)
 	case c.backoffBase <= 0 || c.backoffMax < c.backoffBase:
 		return configError("WithReconnectBackoff(%v, %v): give 0 < base <= max", c.backoffBase, c.backoffMax)
+	case c.heartbeat < time.Second || c.heartbeat > 65535*time.Second || c.heartbeat%time.Second != 0:
+		return configError("WithHeartbeat(%v): give whole seconds from 1s to 18h12m15s (AMQP counts heartbeats in seconds)", c.heartbeat)
 	case c.shutdownGrace < 0 || c.consumerTimeout <= 0:
 		return configError("WithShutdownGrace(%v), WithConsumerTimeout(%v): give 0 or more, and a positive timeout", c.shutdownGrace, c.consumerTimeout)
 	}

@@ -56,8 +56,10 @@
 //
 // Every republish waits for the broker's publisher confirm before the original is
 // acked. If a republish or an ack fails, the session ends: the unacked deliveries
-// return to the queue and the worker reconnects with backoff. Handler panics are
-// recovered, logged with their stack and retried as failures.
+// return to the queue and the worker reconnects with backoff. A network partition
+// gives no error: the worker takes a connection that hears nothing for three
+// heartbeat intervals (WithHeartbeat, 10s by default) as lost, likewise. Handler
+// panics are recovered, logged with their stack and retried as failures.
 //
 // A running handler's claim is renewed while it runs, but the broker closes a
 // channel whose delivery stays unacked past its consumer_timeout (30 minutes by

@@ -142,19 +142,26 @@ func TestTransientLossesReconnect(t *testing.T) {
 	url := testenv.AMQP(t)
 	for _, tc := range []struct {
 		name string
-		lose func(t *testing.T, proxy *testenv.FaultProxy, name string)
+		lose func(t *testing.T, proxy *testenv.FaultProxy, name string, hooks *counters)
 	}{
-		{"closed by the broker", func(t *testing.T, _ *testenv.FaultProxy, name string) {
+		{"closed by the broker", func(t *testing.T, _ *testenv.FaultProxy, name string, _ *counters) {
 			if !haveRabbitmqctl() {
 				t.Skip("needs rabbitmqctl on the broker's machine")
 			}
 			closeConnectionsNamed(t, name)
 		}},
-		{"reset on the way", func(t *testing.T, proxy *testenv.FaultProxy, _ string) { proxy.Reset() }},
+		{"reset on the way", func(t *testing.T, proxy *testenv.FaultProxy, _ string, _ *counters) { proxy.Reset() }},
+		// A partition: nothing arrives either way, and nothing says so. The acks of
+		// the handlers that finish meanwhile are lost in it; the worker hears no
+		// heartbeat for three intervals, gives the session up, and the partition
+		// heals as it does (before it redials). The broker requeues what the lost
+		// session had not acked once it gives the connection up too: those run into
+		// their completed records and are acked, none runs twice.
+		{"blackholed on the way", func(t *testing.T, proxy *testenv.FaultProxy, _ string, _ *counters) { proxy.Blackhole() }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			proxy, viaProxy := amqpProxy(t, url)
-			hooks := &counters{}
+			hooks := &counters{onPause: proxy.Pass}
 			store, book, _ := newStore(t, consumer.WithObserver(hooks))
 			topo := topology(t, url, false)
 			orders := publish(t, url, topo.Queue, 400, 0.2)
@@ -173,7 +180,7 @@ func TestTransientLossesReconnect(t *testing.T) {
 			}
 			name := fmt.Sprintf("idemkit-test-%04x", rand.N(1<<16))
 			w, err := idemamqp.NewTypedWorker(store, viaProxy, topo, decodeOrder, slow, idemamqp.WithPrefetch(20),
-				idemamqp.WithConcurrency(4), idemamqp.WithName(name),
+				idemamqp.WithConcurrency(4), idemamqp.WithName(name), idemamqp.WithHeartbeat(time.Second),
 				idemamqp.WithReconnectBackoff(50*time.Millisecond, 500*time.Millisecond))
 			if err != nil {
 				t.Fatal(err)
@@ -183,7 +190,7 @@ func TestTransientLossesReconnect(t *testing.T) {
 			if err := w.Ready(); err != nil {
 				t.Fatalf("Ready while consuming: %v", err)
 			}
-			tc.lose(t, proxy, name)
+			tc.lose(t, proxy, name, hooks)
 			close(lost)
 			testenv.Eventually(t, 30*time.Second, "a reconnection", func() bool { return hooks.reconnects.Load() >= 1 })
 			testenv.Eventually(t, 30*time.Second, "consuming again", func() bool { return w.Ready() == nil })

@@ -286,7 +286,7 @@ func (w *Worker[V, T]) connect(ctx context.Context, verify bool, cork **corkConn
 	began := time.Now()
 	conn, err := amqp091.DialConfig(w.url, amqp091.Config{
 		Properties: amqp091.Table{"connection_name": w.cfg.name},
-		Heartbeat:  10 * time.Second,
+		Heartbeat:  w.cfg.heartbeat,
 		Dial:       dialCorked(timeout, cork),
 	})
 	if err != nil {
