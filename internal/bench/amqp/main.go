@@ -16,6 +16,9 @@
 //     until every other message settled in the stall lane against the 2 ms lane's;
 //   - ordered: the 2 ms worker ordered by a header (WithOrdering(ByKeyHeader)),
 //     over 1,000 keys, against the unordered 2 ms lane;
+//   - no-op, paired slices (the figure judged for the no-op target): the raw
+//     multiple-ack consumer and the no-op worker in -pairs pairs of adjacent runs,
+//     as the stall lanes' slices below;
 //   - stall, paired slices (the figure judged): the 2 ms lane and the stall lane
 //     in -pairs pairs of adjacent runs, see below.
 //
@@ -99,7 +102,7 @@ func main() {
 	n := flag.Int("n", 20000, "messages per lane")
 	reps := flag.Int("reps", 3, "repetitions")
 	stall := flag.Duration("stall", 5*time.Second, "how long the stalled message's handler blocks")
-	pairs := flag.Int("pairs", 6, "pairs of paired slices (the 2 ms lane and the stall lane back to back) per repetition; 0: none")
+	pairs := flag.Int("pairs", 6, "pairs of paired slices (raw multiple-ack and no-op worker, then the 2 ms lane and the stall lane, back to back) per repetition; 0: none")
 	profile := flag.String("profile", "", "profile only this lane: raw (multiple-ack), noop, ordered or stall (with -cpuprofile, -memprofile)")
 	cpuprofile := flag.String("cpuprofile", "", "write the profiled lane's CPU profile here")
 	memprofile := flag.String("memprofile", "", "write the profiled lane's allocation profile here")
@@ -307,6 +310,9 @@ func run(n, reps, pairs int, stall time.Duration) error {
 		ratio = with.Seconds() / without.Seconds()
 		fmt.Printf("  stall, both lanes at once: the others settled in %v against %v without it:  %.2fx  %s (<= 1.2x)\n",
 			with.Round(time.Millisecond), without.Round(time.Millisecond), ratio, benchkit.Verdict(ratio <= 1.2))
+		if err := b.noopSlices(pairs); err != nil {
+			return err
+		}
 		if err := b.stallSlices(pairs, stall); err != nil {
 			return err
 		}
