@@ -91,6 +91,13 @@ func newSettled(until int64) *settled {
 	return &settled{until: until, reached: make(chan struct{})}
 }
 
+// storeCalls counts the claim and settle calls of every worker run: how many
+// messages each call carries is what batching buys.
+var storeCalls struct{ claims, settles atomic.Int64 }
+
+func (s *settled) OnClaim(consumer.ClaimEvent)   { storeCalls.claims.Add(1) }
+func (s *settled) OnSettle(consumer.SettleEvent) { storeCalls.settles.Add(1) }
+
 func (s *settled) OnOutcome(e consumer.OutcomeEvent) {
 	if e.Action == consumer.Ack && s.n.Add(1) == s.until {
 		s.at.Store(time.Now().UnixNano())
@@ -194,8 +201,12 @@ func profileLane(n, reps int, stall time.Duration, lane, cpu, mem string) error 
 		}
 	}
 	l := &benchkit.Lane{Name: "profiled: " + lane}
-	w0 := writes()
-	defer func() { fmt.Printf("write syscalls per message: %.3f\n", float64(writes()-w0)/float64(n*reps)) }()
+	w0, c0, s0 := writes(), storeCalls.claims.Load(), storeCalls.settles.Load()
+	defer func() {
+		msgs := float64(n * reps)
+		fmt.Printf("write syscalls per message: %.3f; store calls per message: claim %.4f, settle %.4f\n", float64(writes()-w0)/msgs,
+			float64(storeCalls.claims.Load()-c0)/msgs, float64(storeCalls.settles.Load()-s0)/msgs)
+	}()
 	for _, q := range queues {
 		if err := b.env.Measure(l, n, func() error { return fn(q.Queue) }); err != nil {
 			pprof.StopCPUProfile()
