@@ -53,32 +53,27 @@ var (
 // newOwners makes n fresh owner tokens in one allocation and gives token i to
 // set(i, token). The tokens' numbers are consecutive: the first is formatted
 // once, and each next one counted up in place (next36), rather than formatted.
+// Each token is cut from what the builder holds so far: a builder never changes
+// what it has written (grown, it copies it), so the tokens cut before stay valid.
 func newOwners(n int, set func(i int, owner string)) {
 	if n <= 0 {
 		return
 	}
 	first := ownerSeq.Add(uint64(n)) - uint64(n-1)
-	var num, again [14]byte // a uint64 in base 36 is at most 13 digits, and one more on a carry
+	var num [14]byte // a uint64 in base 36 is at most 13 digits, and one more on a carry
 	d := strconv.AppendUint(num[:0], first, 36)
-	start := append(again[:0], d...)
 	var sb strings.Builder
 	sb.Grow(n * (len(ownerPrefix) + len(d) + 1))
+	at := 0
 	for i := 0; i < n; i++ {
 		if i > 0 {
 			d = next36(d)
 		}
 		sb.WriteString(ownerPrefix)
 		sb.Write(d)
-	}
-	all := sb.String()
-	d, at := start, 0
-	for i := 0; i < n; i++ {
-		if i > 0 {
-			d = next36(d)
-		}
-		end := at + len(ownerPrefix) + len(d)
-		set(i, all[at:end])
-		at = end
+		all := sb.String()
+		set(i, all[at:])
+		at = len(all)
 	}
 }
 
