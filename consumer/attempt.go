@@ -86,16 +86,19 @@ type attempt[T any] struct {
 // claimed makes a the attempt of claim c, which the store answered rep: its
 // handler's context, which a.hctx points to, derives from parent (the caller's),
 // and its result goes to a.res. The caller then gives the lease to the keeper.
-func (a *attempt[T]) claimed(parent context.Context, e *engine, c *Claim, rep ClaimReply) {
+func (a *attempt[T]) claimed(parent context.Context, e *engine, c *Claim, rep *ClaimReply) {
 	a.hctx.init(parent)
 	a.lease = lease{ctx: a.hctx}
-	a.claimedIn(e, c, rep)
+	a.claimedFrom(e, c, rep)
 }
 
 // claimedIn makes a the attempt of claim c, which the store answered rep, when its
 // handler's context (a.hctx, which a.lease.ctx points to) was made before the
 // claim: a Pipeline makes it when a message is submitted.
-func (a *attempt[T]) claimedIn(e *engine, c *Claim, rep ClaimReply) {
+func (a *attempt[T]) claimedIn(e *engine, c *Claim, rep ClaimReply) { a.claimedFrom(e, c, &rep) }
+
+// claimedFrom is claimedIn without copying the reply.
+func (a *attempt[T]) claimedFrom(e *engine, c *Claim, rep *ClaimReply) {
 	a.st = Settlement{Key: c.Key, Owner: c.Owner, Ref: rep.Ref, Fence: rep.Fence,
 		Attempts: rep.Attempts, Created: rep.Created, Fingerprint: rep.Fingerprint}
 	a.hctx.info = Info{Key: c.Key, Scope: e.s.Scope, Attempt: rep.Attempts, Fence: rep.Fence}

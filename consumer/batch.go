@@ -185,12 +185,9 @@ func (b *batch[T]) prepare() (leader, pending []int) {
 	leader = sized(sc.leader, len(b.items))
 	pending = sc.pending[:0]
 	sc.fps, sc.leader = b.fps, leader
-	var seen map[Key]int
-	if len(b.items) > 1 {
-		if sc.seen == nil {
-			sc.seen = make(map[Key]int, len(b.items))
-		}
-		seen = sc.seen
+	repeats := len(b.items) > 1 // a key may repeat
+	if repeats {
+		sc.seen.reset(len(b.items))
 	}
 	b.stopAt = len(b.items)
 	for i, it := range b.items {
@@ -205,12 +202,11 @@ func (b *batch[T]) prepare() (leader, pending []int) {
 		if b.s.Fingerprint {
 			b.fps[i] = FingerprintOf(it.Payload)
 		}
-		if first, ok := seen[it.Key]; ok {
-			leader[i] = first
-			continue
-		}
-		if seen != nil {
-			seen[it.Key] = i
+		if repeats {
+			if first := sc.seen.first(b.items, i); first != i {
+				leader[i] = first
+				continue
+			}
 		}
 		leader[i] = i
 		pending = append(pending, i)

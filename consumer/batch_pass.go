@@ -23,17 +23,17 @@ func (b *batch[T]) pass(ctx context.Context, pending []int) (waiting []int) {
 	cc := claimCall{claims: claims}
 	cc.reps, cc.resent, cc.sent = claimContained(ctx, &engine{store: b.store, s: b.s}, claims, b.sc.reps)
 	run, unguarded := b.sc.run[:0], []int(nil) // indexes into pending
-	for j, rep := range cc.reps {
-		i := pending[j]
+	for j := range cc.reps {
+		i, rep := pending[j], &cc.reps[j]
 		switch {
-		case runsUnguarded(b.s, rep):
+		case rep.Err != nil && runsUnguarded(b.s, *rep):
 			unguarded = append(unguarded, j)
 		case rep.Err != nil:
 			b.out[i] = Result[T]{Outcome: Error, Key: b.items[i].Key, Err: rep.Err}
 		case rep.Claimed():
 			run = append(run, j)
 		default:
-			b.out[i] = resolve[T](b.s, b.items[i].Key, rep)
+			b.out[i] = resolve[T](b.s, b.items[i].Key, *rep)
 			if b.out[i].Outcome == InProgress {
 				waiting = append(waiting, i)
 			}
@@ -97,16 +97,20 @@ func newBatchPass[T any](ctx context.Context, b *batch[T], pending []int, cc *cl
 	b.sc.idx = p.idx
 	p.e.keep.leases = b.sc.leases[:0]
 	hctxs := make([]itemCtx, n) // never reused: a handler may keep its context
+	renewed := mono(cc.sent)    // every lease runs from the claim call's send
 	for k, j := range run {
 		i, a := pending[j], &p.as[k]
 		p.idx[k], p.all[k] = i, a
 		a.hctx, a.res = &hctxs[k], &b.out[i]
-		a.claimed(ctx, &p.e, &cc.claims[j], cc.reps[j])
-		if needsMark(cc.reps[j], cc.resent, j) {
+		rep := &cc.reps[j]
+		a.claimed(ctx, &p.e, &cc.claims[j], rep)
+		if needsMark(*rep, cc.resent, j) {
 			a.mark = &cc.claims[j]
 		}
+		a.lease.renewed = renewed
+		a.lease.deadline = renewed + int64(rep.Lease-p.e.keep.margin)
 	}
-	p.e.keep.addAll(n, func(k int) *lease { return &p.as[k].lease }, cc.sent, func(k int) time.Duration { return cc.reps[run[k]].Lease })
+	p.e.keep.addAll(n, func(k int) *lease { return &p.as[k].lease })
 	return p
 }
 

@@ -157,6 +157,21 @@ func (c *plainCtx) Value(key any) any {
 	return c.parent.Value(key)
 }
 
+// cause is context.Cause(c.plain()), read under one lock: the real child's
+// cause, or context.Canceled after a cancellation by flag, or else the parent's.
+func (c *itemCtx) cause() error {
+	c.mu.Lock()
+	real, cancelled := c.real, c.cancelled
+	c.mu.Unlock()
+	switch {
+	case real != nil:
+		return context.Cause(real)
+	case cancelled:
+		return context.Canceled
+	}
+	return context.Cause(c.parent)
+}
+
 // cancel cancels c with cause (context.Canceled when nil), as the cancel function
 // of context.WithCancelCause does: a context already cancelled, or whose parent
 // ended first, keeps what it has.

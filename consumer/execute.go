@@ -51,23 +51,52 @@ var (
 )
 
 // newOwners makes n fresh owner tokens in one allocation and gives token i to
-// set(i, token).
+// set(i, token). The tokens' numbers are consecutive: the first is formatted
+// once, and each next one counted up in place (next36), rather than formatted.
+// Each token is cut from what the builder holds so far: a builder never changes
+// what it has written (grown, it copies it), so the tokens cut before stay valid.
 func newOwners(n int, set func(i int, owner string)) {
+	if n <= 0 {
+		return
+	}
 	first := ownerSeq.Add(uint64(n)) - uint64(n-1)
+	var num [14]byte // a uint64 in base 36 is at most 13 digits, and one more on a carry
+	d := strconv.AppendUint(num[:0], first, 36)
 	var sb strings.Builder
-	sb.Grow(n * (len(ownerPrefix) + 8))
-	var num [13]byte
+	sb.Grow(n * (len(ownerPrefix) + len(d) + 1))
+	at := 0
 	for i := 0; i < n; i++ {
+		if i > 0 {
+			d = next36(d)
+		}
 		sb.WriteString(ownerPrefix)
-		sb.Write(strconv.AppendUint(num[:0], first+uint64(i), 36))
+		sb.Write(d)
+		all := sb.String()
+		set(i, all[at:])
+		at = len(all)
 	}
-	all := sb.String()
-	start := 0
-	for i := 0; i < n; i++ {
-		end := start + len(ownerPrefix) + len(strconv.AppendUint(num[:0], first+uint64(i), 36))
-		set(i, all[start:end])
-		start = end
+}
+
+// next36 adds one to d, a number in base 36 as strconv writes it (digits 0-9,
+// then a-z), in place; d grows by a digit on a carry out of its first, which its
+// capacity must allow.
+func next36(d []byte) []byte {
+	for i := len(d) - 1; i >= 0; i-- {
+		switch d[i] {
+		case '9':
+			d[i] = 'a'
+			return d
+		case 'z':
+			d[i] = '0'
+		default:
+			d[i]++
+			return d
+		}
 	}
+	d = d[:len(d)+1]
+	copy(d[1:], d)
+	d[0] = '1'
+	return d
 }
 
 // resolve turns a reply that is not a claim into a result.
@@ -113,7 +142,7 @@ func resolve[T any](s Settings, key Key, rep ClaimReply) Result[T] {
 
 // fillSettlement fills st, which names a finished handler's claim, with its
 // outcome; it reports whether the result was dropped (not kept).
-func fillSettlement(s Settings, st *Settlement, v any, herr error) (dropped bool) {
+func fillSettlement(s *Settings, st *Settlement, v any, herr error) (dropped bool) {
 	if herr != nil && !errors.Is(herr, ErrAlreadyApplied) {
 		st.Permanent = errors.Is(herr, ErrPermanent)
 		st.Message = CapText(herr.Error(), MaxErrorText)
@@ -190,7 +219,7 @@ func finishResult[T any](r *Result[T], v T, herr error, rep SettleReply) {
 		} else {
 			r.Err = rep.Err
 		}
-	case errors.Is(herr, ErrAlreadyApplied):
+	case herr != nil && errors.Is(herr, ErrAlreadyApplied):
 		r.Outcome, r.Value = Duplicate, v
 	case herr != nil:
 		r.Outcome = Error

@@ -94,14 +94,9 @@ func newKeeper(ctx context.Context, store Store, s Settings) *keeper {
 	return k
 }
 
-// addAll keeps the n leases lease(i), claimed by one call sent at sent, each
-// granted granted(i).
-func (k *keeper) addAll(n int, lease func(i int) *lease, sent time.Time, granted func(i int) time.Duration) {
-	for i := range n {
-		l := lease(i)
-		l.renewed = mono(sent)
-		l.deadline = l.renewed + int64(granted(i)-k.margin)
-	}
+// addAll keeps the n leases lease(i), whose renewed and deadline the caller set
+// (see LeaseMargin).
+func (k *keeper) addAll(n int, lease func(i int) *lease) {
 	now := monoNow()
 	k.mu.Lock()
 	defer k.mu.Unlock()

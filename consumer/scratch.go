@@ -10,7 +10,7 @@ type scratch struct {
 	fps     []Fingerprint
 	leader  []int
 	pending []int
-	seen    map[Key]int
+	seen    keyIndex // by key, its first item
 	claims  []Claim
 	reps    []ClaimReply // the claims' answers, from a store that implements StoreInto
 	run     []int
@@ -27,12 +27,11 @@ func getScratch() *scratch { return scratchPool.Get().(*scratch) }
 
 // put gives sc back for another batch, unless a huge batch made it too big to keep.
 func (sc *scratch) put() {
-	if cap(sc.claims) > 4096 || cap(sc.reps) > 4096 {
+	if cap(sc.claims) > 4096 || cap(sc.reps) > 4096 || cap(sc.seen.slots) > 8192 {
 		return
 	}
 	clear(sc.claims[:cap(sc.claims)]) // drop references to keys
 	clear(sc.reps[:cap(sc.reps)])     // and to records' keys and results
-	clear(sc.seen)
 	scratchPool.Put(sc)
 }
 

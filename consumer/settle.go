@@ -46,11 +46,11 @@ type ending struct {
 
 // verdictOf decides what an attempt that ended as f comes to, and the result's
 // error when it is released (for the others, the store's answer decides it).
-func verdictOf(f ending) (verdict, error) {
+func verdictOf(f *ending) (verdict, error) {
 	switch {
 	case !f.started:
 		return verdictRelease, notRunError(f.cutShort())
-	case errors.Is(f.herr, ErrAbandoned):
+	case f.herr != nil && errors.Is(f.herr, ErrAbandoned):
 		return verdictRelease, f.herr
 	case f.recorded:
 		return verdictRecorded, nil
@@ -69,7 +69,7 @@ func verdictOf(f ending) (verdict, error) {
 // cutShort names what ended the attempt before its handler started: the loss of
 // its lease, else the engine's stop, else its caller's cancellation, else its own
 // (nil if none did).
-func (f ending) cutShort() error {
+func (f *ending) cutShort() error {
 	for _, why := range [...]error{f.lost, f.stopped, f.cancelled, f.own} {
 		if why != nil {
 			return why
@@ -109,20 +109,20 @@ func decideAll[T any](e *engine, as []*attempt[T], cancelled error, each bool) {
 			continue
 		}
 		f := ending{started: a.started, herr: a.herr, recorded: a.hctx.completed.Load(),
-			stopped: stopped, cancelled: cancelled, own: context.Cause(a.hctx.plain())}
+			stopped: stopped, cancelled: cancelled, own: a.hctx.cause()}
 		if each {
 			f.cancelled = f.own
 		}
 		if a.lost != nil {
 			f.lost = a.lost
 		}
-		v, err := verdictOf(f)
+		v, err := verdictOf(&f)
 		a.verdict = v
 		switch v {
 		case verdictRelease:
 			a.res.Outcome, a.res.Err = Error, err
 		case verdictSend:
-			a.res.ResultDropped = fillSettlement(e.s, &a.st, a.value, a.herr)
+			a.res.ResultDropped = fillSettlement(&e.s, &a.st, a.value, a.herr)
 		}
 	}
 }
@@ -254,7 +254,7 @@ func sendSettlements[T any](ctx context.Context, e *engine, as []*attempt[T]) {
 		if lost := a.lease.lost; lost != nil && errors.Is(r.Err, ErrLeaseLost) {
 			r.Err = lost
 		}
-		if errors.Is(r.Err, ErrLeaseLost) {
+		if r.Err != nil && errors.Is(r.Err, ErrLeaseLost) {
 			e.s.Logger.Warn("consumer: lease lost while the handler ran: result not stored",
 				"key", string(r.Key), "fence", r.Fence, "err", r.Err)
 		}
