@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -134,7 +133,7 @@ func (s *Server) Start() error {
 	}
 	cmd := exec.Command("redis-server", s.args...)
 	cmd.Dir = s.dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = serverAttr()
 	logf, err := os.Create(filepath.Join(s.dir, "redis.log"))
 	if err != nil {
 		return err
