@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -46,6 +47,7 @@ func (b *bench) noopSlices(pairs int) error {
 			err = b.env.Measure(sl.lane, b.n, func() error { return sl.run(q.Queue) })
 			sl.elapsed, sl.goCPU = sl.lane.Elapsed-e0, sl.lane.GoCPU-g0
 			_ = q.Delete(b.conn)
+			err = errors.Join(err, b.forget(q.Queue))
 			if err != nil {
 				return err
 			}
