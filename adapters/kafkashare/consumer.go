@@ -40,7 +40,9 @@ type Consumer[V, T any] struct {
 
 	running atomic.Bool
 	pipe    *consumer.Pipeline[T]
-	stop    chan struct{} // closed when Run's context ends: holds give up
+	run     func(context.Context) (T, error) // runHeld, the Run of every record
+
+	stop chan struct{} // closed when Run's context ends: holds give up
 
 	mu     sync.Mutex
 	ackErr map[topicPartition]time.Time // when the broker last refused acks of a partition
@@ -83,6 +85,7 @@ func NewTyped[V, T any](store consumer.Store, clientOpts []kgo.Opt, decode func(
 	}
 	c := &Consumer[V, T]{store: store, s: s, decode: decode, handle: handler, cfg: cfg, log: log,
 		stop: make(chan struct{}), ackErr: make(map[topicPartition]time.Time)}
+	c.run = c.runHeld
 	// A share fetch that finds nothing available (every record acquired by other
 	// members) is held by the broker for up to FetchMaxWait; kgo's 5s default
 	// would idle the member that long after the others release records. The

@@ -93,5 +93,5 @@ func traceContext[V any](h *held[V]) context.Context {
 	if h.hctx != nil {
 		return h.hctx
 	}
-	return recordContext(context.Background(), h.rec)
+	return &submission[V]{Context: context.Background(), h: h}
 }

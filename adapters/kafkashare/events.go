@@ -72,11 +72,58 @@ func origin(rec *kgo.Record) consumer.Origin {
 	return consumer.Origin{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, DeliveryCount: rec.DeliveryCount()}
 }
 
-// recordContext returns ctx holding rec's headers, origin and delivery count, for
-// the engine's events, tracers and the handler.
-func recordContext(ctx context.Context, rec *kgo.Record) context.Context {
-	ctx = context.WithValue(ctx, deliveryKey{}, rec.DeliveryCount())
-	return observe.WithMessage(ctx, &observe.Message{Headers: kafkadl.Headers(rec.Headers), Origin: observe.Origin(origin(rec))})
+// submission is the context one submission of a record is given to the engine
+// with, which its handler's context derives from: a cancellable child of the
+// poll's base (cancelled with its cause when the record's lock is about to run
+// out or the shutdown grace ends), answering the record's delivery count for
+// DeliveryCount, its message (headers, origin) for the engine's events and
+// tracers, and the record itself for the consumer's one Run function
+// (Consumer.runHeld) and the poll's one DoneContext function (poll.settled), so
+// that a submission costs this value and its cancellable context, and neither a
+// context.WithValue nor a closure.
+//
+// Any other key goes to the embedded context, package context's own included: a
+// context derived from a submission (the engine's handler context) is registered
+// with its cancellable context as that context's child, as it would be with the
+// cancellable context itself, and no goroutine watches the submission.
+type submission[V any] struct {
+	context.Context                         // context.WithCancelCause(poll.base)
+	h               *held[V]                // the record
+	cancel          context.CancelCauseFunc // cancels the embedded context
+}
+
+// heldKey is the context key a submission answers its record for.
+type heldKey struct{}
+
+// messageKey is the context key of the message the engine reports on its events
+// and tracers read (observe.WithMessage's): a submission answers its record's.
+var messageKey = observe.MessageKey()
+
+// Value answers the record for heldKey, its delivery count for deliveryKey, its
+// message for messageKey, and asks the embedded context for anything else.
+func (s *submission[V]) Value(key any) any {
+	switch {
+	case key == heldKey{}:
+		return s.h
+	case key == deliveryKey{}:
+		return s.h.count
+	case key == messageKey:
+		return &s.h.msg
+	}
+	return s.Context.Value(key)
+}
+
+// recordHeaders reads a record's headers as an observe.Carrier: a pointer, so
+// that carrying it costs no allocation.
+type recordHeaders kgo.Record
+
+func (h *recordHeaders) Get(key string) string { return kafkadl.Headers(h.Headers).Get(key) }
+
+func (h *recordHeaders) Keys() []string { return kafkadl.Headers(h.Headers).Keys() }
+
+// message is rec's message for the engine's events and tracers.
+func message(rec *kgo.Record) observe.Message {
+	return observe.Message{Headers: (*recordHeaders)(rec), Origin: observe.Origin(origin(rec))}
 }
 
 func (c *Consumer[V, T]) reportAction(h *held[V], status kgo.AckStatus, reason string) {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/internal/observe"
 	"github.com/idemkit/idemkit/internal/retry"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -31,13 +32,14 @@ const (
 )
 
 // held is one record of a poll, from its delivery to its terminal
-// acknowledgement.
+// acknowledgement. The records of a poll are allocated together (newPoll).
 type held[V any] struct {
 	rec      *kgo.Record
 	v        V
 	key      consumer.Key
-	count    int32        // the broker's delivery count
-	deadline atomic.Int64 // unix nanos: the acquisition lock's end as far as we know
+	count    int32           // the broker's delivery count
+	msg      observe.Message // its headers and origin, for the engine's events and tracers
+	deadline atomic.Int64    // unix nanos: the acquisition lock's end as far as we know
 
 	mu        sync.Mutex
 	state     int
@@ -61,14 +63,19 @@ type poll[V, T any] struct {
 	done     chan struct{}
 	stopping atomic.Bool // Run's context ended: waiting records are released
 	work     sync.WaitGroup
+
+	settle func(context.Context, consumer.Result[T]) // settled, the DoneContext of every record
 }
 
 func newPoll[V, T any](c *Consumer[V, T], cl *kgo.Client, recs []*kgo.Record) *poll[V, T] {
 	now := time.Now()
 	p := &poll[V, T]{c: c, cl: cl, recs: make([]*held[V], len(recs)), done: make(chan struct{})}
+	p.settle = p.settled
+	hs := make([]held[V], len(recs))
 	var latest time.Time
 	for i, rec := range recs {
-		h := &held[V]{rec: rec, count: rec.DeliveryCount()}
+		h := &hs[i]
+		h.rec, h.count, h.msg = rec, rec.DeliveryCount(), message(rec)
 		d := rec.AcquisitionDeadline()
 		h.deadline.Store(d.UnixNano())
 		latest = maxTime(latest, d)
@@ -256,14 +263,14 @@ func (p *poll[V, T]) prepare(h *held[V]) (V, string, error) {
 	return v, "", nil
 }
 
-// submit hands h to the pipeline; its context is cancelled when its lock is
-// about to run out or the shutdown grace ends.
+// submit hands h to the pipeline, as a submission of its own: its context is
+// cancelled when its lock is about to run out or the shutdown grace ends.
 func (p *poll[V, T]) submit(h *held[V]) {
 	if p.stopping.Load() {
 		p.terminal(h, kgo.AckRelease, "shutdown")
 		return
 	}
-	ctx, cancel := context.WithCancelCause(recordContext(p.base, h.rec))
+	ctx, cancel := context.WithCancelCause(p.base)
 	h.mu.Lock()
 	if h.state == stateDone {
 		h.mu.Unlock()
@@ -272,22 +279,32 @@ func (p *poll[V, T]) submit(h *held[V]) {
 	}
 	h.state, h.cancel, h.timer = stateRunning, cancel, nil
 	h.mu.Unlock()
-	err := p.c.pipe.Submit(ctx, consumer.PipelineItem[T]{
-		Key:     h.key,
-		Payload: h.rec.Value,
-		Run: func(ctx context.Context) (T, error) {
-			h.hctx = ctx // read once the engine settled this run (Done), or by its next run
-			return p.c.handle(ctx, h.v, h.rec)
-		},
-		Done: func(r consumer.Result[T]) {
-			cancel(nil)
-			p.after(h, r)
-		},
-	})
+	s := &submission[V]{Context: ctx, h: h, cancel: cancel}
+	err := p.c.pipe.Submit(s, consumer.PipelineItem[T]{Key: h.key, Payload: h.rec.Value, Run: p.c.run, DoneContext: p.settle})
 	if err != nil { // the pipeline stopped: only at shutdown
 		cancel(nil)
 		p.terminal(h, kgo.AckRelease, "shutdown")
 	}
+}
+
+// runHeld is the Run of every record: hctx derives from its submission.
+// Consumer.run holds it as one function value for every record.
+func (c *Consumer[V, T]) runHeld(hctx context.Context) (T, error) {
+	h, ok := hctx.Value(heldKey{}).(*held[V])
+	if !ok {
+		var zero T
+		return zero, errors.New("kafkashare: a handler context without its record")
+	}
+	h.hctx = hctx // read once the engine settled this run (Done), or by its next run
+	return c.handle(hctx, h.v, h.rec)
+}
+
+// settled is the DoneContext of every record of the poll: ctx is the submission
+// the result is for. poll.settle holds it as one function value.
+func (p *poll[V, T]) settled(ctx context.Context, r consumer.Result[T]) {
+	s := ctx.(*submission[V])
+	s.cancel(nil)
+	p.after(s.h, r)
 }
 
 // after maps h's result onto its share acknowledgement (the package doc's table).
