@@ -69,6 +69,30 @@ func RedisInfo(ctx context.Context, c *redis.Client) (version string, pid int) {
 	return version, pid
 }
 
+// Forget deletes the keys matching pattern (a SCAN pattern), a thousand per DEL,
+// and returns how many it deleted. Benches call it between measured lanes: records
+// piling up from lane to lane grow the keyspace past a power of two during some
+// later lane, which then pays Redis's rehash of every key before it; a production
+// keyspace at steady state (records expiring at the retention) is not rehashed as
+// it is used. DEL, not UNLINK: the memory is freed before the next lane starts,
+// not by a background thread whose CPU that lane's Redis figure would count.
+func Forget(ctx context.Context, c *redis.Client, pattern string) (int, error) {
+	it := c.Scan(ctx, 0, pattern, 1000).Iterator()
+	var keys []string
+	for it.Next(ctx) {
+		keys = append(keys, it.Val())
+	}
+	if err := it.Err(); err != nil {
+		return 0, fmt.Errorf("forget %s: %w", pattern, err)
+	}
+	for lo := 0; lo < len(keys); lo += 1000 {
+		if err := c.Del(ctx, keys[lo:min(lo+1000, len(keys))]...).Err(); err != nil {
+			return lo, fmt.Errorf("forget %s: %w", pattern, err)
+		}
+	}
+	return len(keys), nil
+}
+
 // UsedMemory is a Redis server's used_memory.
 func UsedMemory(ctx context.Context, c *redis.Client) (int64, error) {
 	info, err := c.Info(ctx, "memory").Result()

@@ -669,27 +669,11 @@ func (b *bench) workerRun(l workerLane, opts ...idemamqp.Option) (time.Duration,
 }
 
 // forget deletes the records a worker run over queue left in Redis, out of the
-// measured time: records piling up from lane to lane would grow the keyspace past
-// a power of two during some later worker lane, which then pays Redis's rehash of
-// every key before it (its Redis CPU per message read up to 3x its usual); the
-// raw lanes write no records and never paid it. A production keyspace at steady
-// state (records expiring at the retention) is not rehashed as it is used.
+// measured time (see benchkit.Forget): the raw lanes write none, so a rehash of
+// the keys piled up before would fall on the worker's side of a pair alone.
 func (b *bench) forget(queue string) error {
-	ctx := context.Background()
-	it := b.rdb.Scan(ctx, 0, "idemkit-bench-amqp-"+queue+":*", 1000).Iterator()
-	var keys []string
-	for it.Next(ctx) {
-		keys = append(keys, it.Val())
-	}
-	if err := it.Err(); err != nil {
-		return fmt.Errorf("forget the records of %s: %w", queue, err)
-	}
-	for lo := 0; lo < len(keys); lo += 1000 {
-		if err := b.rdb.Del(ctx, keys[lo:min(lo+1000, len(keys))]...).Err(); err != nil {
-			return fmt.Errorf("forget the records of %s: %w", queue, err)
-		}
-	}
-	return nil
+	_, err := benchkit.Forget(context.Background(), b.rdb, "idemkit-bench-amqp-"+queue+":*")
+	return err
 }
 
 // writes is this process's count of write system calls (/proc/self/io syscw).
