@@ -20,18 +20,18 @@
 //     when handlers take time (claim and settle calls per message, counted by an
 //     observer on the store those lanes share).
 //
-// CPU is read from /proc/<pid>/stat of this process (Go) and of redis-server (when
-// it runs on this machine: the private one this program starts unless
-// IDEMKIT_REDIS_ADDR names another); allocations from the Go runtime; commands are
-// counted on the client. /proc/<pid>/stat counts in 10 ms ticks, so redis-server's
-// CPU is also read from the scheduler's own count in nanoseconds
-// (/proc/<pid>/task/*/schedstat), and its INFO commandstats give each command's
-// time. Lanes run interleaved in slices, each slice in another order, and the
-// whole is repeated (-reps), because this machine's speed varies; each lane's keys
-// are deleted (unmeasured) once its slice is measured, so that every lane finds
-// the same keyspace rather than one paying the rehash of a table the others
-// filled. Then it measures Redis memory per completed record, beside a plain key
-// of the same name length.
+// CPU is read from getrusage for this process (Go, to the microsecond) and from
+// /proc/<pid>/stat of redis-server (when it runs on this machine: the private one
+// this program starts unless IDEMKIT_REDIS_ADDR names another); allocations from
+// the Go runtime; commands are counted on the client. /proc/<pid>/stat counts in
+// 10 ms ticks, so redis-server's CPU is also read from the scheduler's own count in
+// nanoseconds (/proc/<pid>/task/*/schedstat), and its INFO commandstats give each
+// command's time. Lanes run interleaved in slices, each slice in another order, and
+// the whole is repeated (-reps), because this machine's speed varies; each lane's
+// keys are deleted (unmeasured) once its slice is measured, so that every lane
+// finds the same keyspace rather than one paying the rehash of a table the others
+// filled. Then it measures Redis memory per completed record, beside a plain key of
+// the same name length.
 package main
 
 import (

@@ -51,7 +51,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/idemkit/idemkit/adapters/kafka"
@@ -264,38 +263,17 @@ func verdicts(o opts, raw, batch, pipe, noop, hand, slow, slow256 *benchkit.Lane
 }
 
 // measure runs fn, one lane's run over the topic, adds what it cost to l, and
-// deletes the records the lane wrote. The lane's Go CPU is read with getrusage, to
-// the microsecond, in place of Measure's /proc figure, which counts 10 ms ticks:
-// 0.5 us per record at 20,000 records, and the adapter's own cost is a difference
-// of three lanes. Only the lane's body is timed, as Measure times it.
+// deletes the records the lane wrote. The lane's Go CPU is getrusage's, to the
+// microsecond (benchkit.CPUTime): the adapter's own cost is a difference of three
+// lanes. Only the lane's body is timed, as Measure times it.
 func (b *bench) measure(l *benchkit.Lane, fn func() error) error {
-	var cpu time.Duration
-	was := l.GoCPU
-	if err := b.env.Measure(l, b.n, func() error {
-		c0 := processCPU()
-		err := fn()
-		cpu = processCPU() - c0
+	if err := b.env.Measure(l, b.n, fn); err != nil {
 		return err
-	}); err != nil {
-		return err
-	}
-	if cpu > 0 {
-		l.GoCPU = was + cpu
 	}
 	// The lane's records go, unmeasured, so that the next lane starts from the
 	// same keyspace (see benchkit.Forget).
 	_, err := benchkit.Forget(context.Background(), b.rdb, "idemkit-bench-kafka-*")
 	return err
-}
-
-// processCPU is this process's user and system CPU time from getrusage (0 when it
-// cannot be read).
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // startProfiles starts a CPU profile into cpu and samples every allocation for a
