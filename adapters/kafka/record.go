@@ -395,6 +395,12 @@ func (c *Consumer[V, T]) finish(r *record[V], settled bool) {
 // resumed.
 func (c *Consumer[V, T]) release(r *record[V], settled bool) (resume bool) {
 	p := r.p
+	// r is done: what it keeps of its runs goes. A settled handler context may
+	// outlive its record (a handler may keep it, and the engine allocates them in
+	// slabs), and through r it keeps the other records of r's fetch; hctx, kept,
+	// would link that fetch to the slab of r's last run and on to older fetches.
+	var zero V
+	r.hctx, r.v = nil, zero
 	if settled {
 		if through, moved := p.track.Settle(r.rec.Offset); moved {
 			p.next = through + 1

@@ -406,6 +406,13 @@ func (p *poll[V, T]) terminal(h *held[V], status kgo.AckStatus, reason string) {
 		h.timer.Stop()
 		h.timer = nil
 	}
+	// No handler runs now, and none will: what h keeps of its runs goes. A
+	// settled handler context may outlive its record (a handler may keep it, and
+	// the engine allocates them in slabs), and through its submission it keeps
+	// h and the poll's other records; hctx, kept, would link that poll to the
+	// slab of h's last run and on to older polls.
+	var zero V
+	h.hctx, h.v = nil, zero
 	h.mu.Unlock()
 	h.rec.Ack(status)
 	p.c.reportAction(h, status, reason)

@@ -1,0 +1,99 @@
+package kafkashare_test
+
+import (
+	"context"
+	"runtime"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+	"weak"
+
+	"github.com/idemkit/idemkit/adapters/kafkashare"
+	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/store/memory"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// A running consumer keeps the records it has finished only as long as the
+// engine's current handler contexts refer to them: a handler context outlives its
+// record (a handler may keep it, and the engine allocates them in slabs), and a
+// finished record must not keep the slab of its last run, and through it older
+// polls, alive. Here 2,000 records go through polls of 37; once all are acked,
+// at most ten polls' worth may be left after a collection (every record was
+// left while finished records kept their last handler context).
+func TestFinishedRecordsAreCollected(t *testing.T) {
+	// Polls of 37: they straddle the engine's slabs of handler contexts, which is
+	// what would link one poll's slab to the previous one's.
+	const n, perPoll = 2000, 37
+	brokers := shareCluster(t, 1, "payments", "payments.dlq")
+	startAtEarliest(t, brokers, "billing")
+	body := make([]byte, 1<<10)
+	recs := make([]*kgo.Record, n)
+	for i := range recs {
+		recs[i] = &kgo.Record{Topic: "payments", Value: body, Headers: []kgo.RecordHeader{
+			{Key: kafkashare.DefaultKeyHeader, Value: []byte("order-" + strconv.Itoa(i))}}}
+	}
+	produceRaw(t, brokers, recs...)
+	acts := newActions()
+	store, err := memory.NewStore(consumer.WithScope("payments"), consumer.WithObserver(acts))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu   sync.Mutex
+		seen []weak.Pointer[kgo.Record]
+	)
+	c, err := kafkashare.New(store, shareOpts(brokers, "billing", "payments"),
+		func(_ context.Context, rec *kgo.Record) (int, error) {
+			mu.Lock()
+			seen = append(seen, weak.Make(rec))
+			mu.Unlock()
+			return 0, nil
+		}, kafkashare.WithMaxPollRecords(perPoll))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	accepted := func() int {
+		acts.mu.Lock()
+		defer acts.mu.Unlock()
+		return acts.byReason["accept/success"]
+	}
+	for deadline := time.Now().Add(60 * time.Second); accepted() < n; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d records accepted", accepted(), n)
+		}
+	}
+
+	live := 0
+	for try := 0; try < 20; try++ { // acks still on their way keep their records a little longer
+		runtime.GC()
+		runtime.GC()
+		mu.Lock()
+		live = 0
+		for _, w := range seen {
+			if w.Value() != nil {
+				live++
+			}
+		}
+		total := len(seen)
+		mu.Unlock()
+		if total != n {
+			t.Fatalf("%d handler runs, want %d", total, n)
+		}
+		if live <= 10*perPoll {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Errorf("%d of %d finished records still reachable, want at most %d: finished polls are kept alive", live, n, 10*perPoll)
+}
