@@ -79,12 +79,13 @@ func RedisInfo(ctx context.Context, c *redis.Client) (version string, pid int) {
 }
 
 // Forget deletes the keys matching pattern (a SCAN pattern), a thousand per DEL,
-// and returns how many it deleted. Benches call it between measured lanes: records
-// piling up from lane to lane grow the keyspace past a power of two during some
-// later lane, which then pays Redis's rehash of every key before it; a production
-// keyspace at steady state (records expiring at the retention) is not rehashed as
-// it is used. DEL, not UNLINK: the memory is freed before the next lane starts,
-// not by a background thread whose CPU that lane's Redis figure would count.
+// and returns how many it deleted. Benches call it between measured lanes, so that
+// every lane starts from the same keyspace and pays the same rehashes as its
+// table grows: records piling up from lane to lane would grow the keyspace past a
+// power of two during some later lane, which would then pay Redis's rehash of
+// every key before it. DEL, not UNLINK: the memory is freed before the next lane
+// starts, not by a background thread whose CPU that lane's Redis figure would
+// count.
 func Forget(ctx context.Context, c *redis.Client, pattern string) (int, error) {
 	it := c.Scan(ctx, 0, pattern, 1000).Iterator()
 	var keys []string

@@ -114,14 +114,17 @@ type bench struct {
 	env      benchkit.Env
 	n        int
 	seq      int
-	inFlight int // the adapter lanes' window and handlers; 0: the defaults
+	written  []string // the record prefixes named since the last lane's records were deleted
+	inFlight int      // the adapter lanes' window and handlers; 0: the defaults
 }
 
 // fresh names a group and a record prefix no lane used before.
 func (b *bench) fresh(lane string) (group, prefix string) {
 	b.seq++
 	id := lane + "-" + strconv.Itoa(b.seq) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	return "g-" + id, "idemkit-bench-kafka-" + id
+	prefix = "idemkit-bench-kafka-" + id
+	b.written = append(b.written, prefix)
+	return "g-" + id, prefix
 }
 
 // laneIDs name the lanes for -lanes, in the order they run.
@@ -270,10 +273,16 @@ func (b *bench) measure(l *benchkit.Lane, fn func() error) error {
 	if err := b.env.Measure(l, b.n, fn); err != nil {
 		return err
 	}
-	// The lane's records go, unmeasured, so that the next lane starts from the
-	// same keyspace (see benchkit.Forget).
-	_, err := benchkit.Forget(context.Background(), b.rdb, "idemkit-bench-kafka-*")
-	return err
+	// The lane's records go, unmeasured, so that every lane starts from the same
+	// keyspace (see benchkit.Forget); only its own, should another run share the
+	// server (IDEMKIT_REDIS_ADDR).
+	for _, prefix := range b.written {
+		if _, err := benchkit.Forget(context.Background(), b.rdb, prefix+":*"); err != nil {
+			return err
+		}
+	}
+	b.written = b.written[:0]
+	return nil
 }
 
 // startProfiles starts a CPU profile into cpu and samples every allocation for a
