@@ -77,13 +77,16 @@ type PauseHook interface {
 // is called before the handler with its context, which holds the message's Carrier
 // when an adapter fed it (the producer's trace context is in its headers:
 // CarrierFromContext); the context it returns is the handler's, and end is called
-// with the finished event. Inject writes the context's trace into a copy's headers
-// through set: the adapters call it with the handler's context of the message's
-// last run, so the copy carries the span of that run, or, when no handler ran for
-// it (undecodable, no key, a duplicate of a failed key), with a context that holds
-// only the delivered message's Carrier, so the copy carries the message's own trace
-// context. An Inject that panics is recovered and logged at Error: that copy goes
-// without the tracer's headers.
+// with the finished event. That context must derive from ctx (context.WithValue and
+// the like): the adapters find in it the message the handler runs for, and a run
+// given a context without it ends in a handler error, the handler not called.
+// Inject writes the context's trace into a copy's headers through set: the adapters
+// call it with the handler's context of the message's last run, so the copy carries
+// the span of that run, or, when no handler ran for it (undecodable, no key, a
+// duplicate of a failed key), with a context that holds only the delivered
+// message's Carrier, so the copy carries the message's own trace context. An Inject
+// that panics is recovered and logged at Error: that copy goes without the tracer's
+// headers.
 type TraceHook interface {
 	StartHandler(ctx context.Context, e HandlerEvent) (_ context.Context, end func(HandlerEvent))
 	Inject(ctx context.Context, set func(key, value string))
