@@ -2,7 +2,6 @@ package amqp_test
 
 import (
 	"context"
-	"runtime"
 	"strconv"
 	"sync"
 	"testing"
@@ -49,15 +48,7 @@ func TestFinishedDeliveriesAreCollected(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	start(t, w)
 	runs := func() int {
 		mu.Lock()
 		defer mu.Unlock()
@@ -69,26 +60,13 @@ func TestFinishedDeliveriesAreCollected(t *testing.T) {
 		}
 	}
 
-	live := 0
-	for try := 0; try < 20; try++ { // deliveries settling still keep theirs a little longer
-		runtime.GC()
-		runtime.GC()
-		mu.Lock()
-		live = 0
-		for _, p := range seen {
-			if p.Value() != nil {
-				live++
-			}
-		}
-		total := len(seen)
-		mu.Unlock()
-		if total != n {
-			t.Fatalf("%d handler runs, want %d", total, n)
-		}
-		if live <= n/5 {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
+	mu.Lock()
+	ps := seen
+	mu.Unlock()
+	if len(ps) != n {
+		t.Fatalf("%d handler runs, want %d", len(ps), n)
 	}
-	t.Errorf("%d of %d finished deliveries still reachable, want at most %d: finished deliveries are kept alive", live, n, n/5)
+	if live := testenv.Reachable(ps, n/5); live > n/5 {
+		t.Errorf("%d of %d finished deliveries still reachable, want at most %d: finished deliveries are kept alive", live, n, n/5)
+	}
 }

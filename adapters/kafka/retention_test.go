@@ -2,7 +2,6 @@ package kafka_test
 
 import (
 	"context"
-	"runtime"
 	"strconv"
 	"sync"
 	"testing"
@@ -53,15 +52,7 @@ func TestFinishedRecordsAreCollected(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	startMember(t, c)
 	runs := func() int {
 		mu.Lock()
 		defer mu.Unlock()
@@ -73,26 +64,13 @@ func TestFinishedRecordsAreCollected(t *testing.T) {
 		}
 	}
 
-	live := 0
-	for try := 0; try < 20; try++ { // records settling still keep theirs a little longer
-		runtime.GC()
-		runtime.GC()
-		mu.Lock()
-		live = 0
-		for _, w := range seen {
-			if w.Value() != nil {
-				live++
-			}
-		}
-		total := len(seen)
-		mu.Unlock()
-		if total != n {
-			t.Fatalf("%d handler runs, want %d", total, n)
-		}
-		if live <= 10*perPoll {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
+	mu.Lock()
+	ps := seen
+	mu.Unlock()
+	if len(ps) != n {
+		t.Fatalf("%d handler runs, want %d", len(ps), n)
 	}
-	t.Errorf("%d of %d finished records still reachable, want at most %d: finished fetches are kept alive", live, n, 10*perPoll)
+	if live := testenv.Reachable(ps, 10*perPoll); live > 10*perPoll {
+		t.Errorf("%d of %d finished records still reachable, want at most %d: finished records are kept alive", live, n, 10*perPoll)
+	}
 }

@@ -2,7 +2,6 @@ package kafkashare_test
 
 import (
 	"context"
-	"runtime"
 	"strconv"
 	"sync"
 	"testing"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/idemkit/idemkit/adapters/kafkashare"
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/store/memory"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -54,46 +54,20 @@ func TestFinishedRecordsAreCollected(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
-	accepted := func() int {
-		acts.mu.Lock()
-		defer acts.mu.Unlock()
-		return acts.byReason["accept/success"]
-	}
-	for deadline := time.Now().Add(60 * time.Second); accepted() < n; time.Sleep(20 * time.Millisecond) {
+	run(t, c)
+	for deadline := time.Now().Add(60 * time.Second); acts.get("accept/success") < n; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d records accepted", accepted(), n)
+			t.Fatalf("%d of %d records accepted", acts.get("accept/success"), n)
 		}
 	}
 
-	live := 0
-	for try := 0; try < 20; try++ { // acks still on their way keep their records a little longer
-		runtime.GC()
-		runtime.GC()
-		mu.Lock()
-		live = 0
-		for _, w := range seen {
-			if w.Value() != nil {
-				live++
-			}
-		}
-		total := len(seen)
-		mu.Unlock()
-		if total != n {
-			t.Fatalf("%d handler runs, want %d", total, n)
-		}
-		if live <= 10*perPoll {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
+	mu.Lock()
+	ps := seen
+	mu.Unlock()
+	if len(ps) != n {
+		t.Fatalf("%d handler runs, want %d", len(ps), n)
 	}
-	t.Errorf("%d of %d finished records still reachable, want at most %d: finished polls are kept alive", live, n, 10*perPoll)
+	if live := testenv.Reachable(ps, 10*perPoll); live > 10*perPoll {
+		t.Errorf("%d of %d finished records still reachable, want at most %d: finished records are kept alive", live, n, 10*perPoll)
+	}
 }
