@@ -3,10 +3,8 @@ package amqp_test
 import (
 	"context"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
-	"weak"
 
 	idemamqp "github.com/idemkit/idemkit/adapters/amqp"
 	"github.com/idemkit/idemkit/consumer"
@@ -35,38 +33,25 @@ func TestFinishedDeliveriesAreCollected(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var (
-		mu   sync.Mutex
-		seen []weak.Pointer[byte] // each delivery's body, which the worker keeps with it
-	)
+	seen := &testenv.Handed[byte]{} // each delivery's body, which the worker keeps with it
 	w, err := idemamqp.NewWorker(store, url, topo, func(_ context.Context, d amqp091.Delivery) (int, error) {
-		mu.Lock()
-		seen = append(seen, weak.Make(&d.Body[0]))
-		mu.Unlock()
+		seen.Add(&d.Body[0])
 		return 0, nil
 	}, idemamqp.WithDeclare(false))
 	if err != nil {
 		t.Fatal(err)
 	}
 	start(t, w)
-	runs := func() int {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(seen)
-	}
-	for deadline := time.Now().Add(60 * time.Second); runs() < n; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(60 * time.Second); seen.Len() < n; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d deliveries ran", runs(), n)
+			t.Fatalf("%d of %d deliveries ran", seen.Len(), n)
 		}
 	}
 
-	mu.Lock()
-	ps := seen
-	mu.Unlock()
-	if len(ps) != n {
-		t.Fatalf("%d handler runs, want %d", len(ps), n)
+	if got := seen.Len(); got != n {
+		t.Fatalf("%d handler runs, want %d", got, n)
 	}
-	if live := testenv.Reachable(ps, n/5); live > n/5 {
+	if live := seen.Reachable(n / 5); live > n/5 {
 		t.Errorf("%d of %d finished deliveries still reachable, want at most %d: finished deliveries are kept alive", live, n, n/5)
 	}
 }

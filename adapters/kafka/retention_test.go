@@ -3,10 +3,8 @@ package kafka_test
 import (
 	"context"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
-	"weak"
 
 	"github.com/idemkit/idemkit/adapters/kafka"
 	"github.com/idemkit/idemkit/consumer"
@@ -38,39 +36,26 @@ func TestFinishedRecordsAreCollected(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var (
-		mu   sync.Mutex
-		seen []weak.Pointer[kgo.Record]
-	)
+	seen := &testenv.Handed[kgo.Record]{}
 	c, err := kafka.New(store, groupOpts(brokers, "shop", "orders"),
 		func(_ context.Context, rec *kgo.Record) (int, error) {
-			mu.Lock()
-			seen = append(seen, weak.Make(rec))
-			mu.Unlock()
+			seen.Add(rec)
 			return 0, nil
 		}, kafka.WithMaxPollRecords(perPoll))
 	if err != nil {
 		t.Fatal(err)
 	}
 	startMember(t, c)
-	runs := func() int {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(seen)
-	}
-	for deadline := time.Now().Add(60 * time.Second); runs() < n; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(60 * time.Second); seen.Len() < n; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d records ran", runs(), n)
+			t.Fatalf("%d of %d records ran", seen.Len(), n)
 		}
 	}
 
-	mu.Lock()
-	ps := seen
-	mu.Unlock()
-	if len(ps) != n {
-		t.Fatalf("%d handler runs, want %d", len(ps), n)
+	if got := seen.Len(); got != n {
+		t.Fatalf("%d handler runs, want %d", got, n)
 	}
-	if live := testenv.Reachable(ps, 10*perPoll); live > 10*perPoll {
+	if live := seen.Reachable(10 * perPoll); live > 10*perPoll {
 		t.Errorf("%d of %d finished records still reachable, want at most %d: finished records are kept alive", live, n, 10*perPoll)
 	}
 }

@@ -3,10 +3,8 @@ package kafkashare_test
 import (
 	"context"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
-	"weak"
 
 	"github.com/idemkit/idemkit/adapters/kafkashare"
 	"github.com/idemkit/idemkit/consumer"
@@ -40,15 +38,10 @@ func TestFinishedRecordsAreCollected(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var (
-		mu   sync.Mutex
-		seen []weak.Pointer[kgo.Record]
-	)
+	seen := &testenv.Handed[kgo.Record]{}
 	c, err := kafkashare.New(store, shareOpts(brokers, "billing", "payments"),
 		func(_ context.Context, rec *kgo.Record) (int, error) {
-			mu.Lock()
-			seen = append(seen, weak.Make(rec))
-			mu.Unlock()
+			seen.Add(rec)
 			return 0, nil
 		}, kafkashare.WithMaxPollRecords(perPoll))
 	if err != nil {
@@ -61,13 +54,10 @@ func TestFinishedRecordsAreCollected(t *testing.T) {
 		}
 	}
 
-	mu.Lock()
-	ps := seen
-	mu.Unlock()
-	if len(ps) != n {
-		t.Fatalf("%d handler runs, want %d", len(ps), n)
+	if got := seen.Len(); got != n {
+		t.Fatalf("%d handler runs, want %d", got, n)
 	}
-	if live := testenv.Reachable(ps, 10*perPoll); live > 10*perPoll {
+	if live := seen.Reachable(10 * perPoll); live > 10*perPoll {
 		t.Errorf("%d of %d finished records still reachable, want at most %d: finished records are kept alive", live, n, 10*perPoll)
 	}
 }
