@@ -140,9 +140,11 @@ func errorKind(r Record) string {
 // matches are taken in the order of their scope and key, and the next page runs
 // the step again and goes on after that record. A step run again may not return
 // the same keys in the same order (Redis's table grows between the two runs, say),
-// so counting the matches already returned could skip a record or repeat one;
-// ordering them cannot, and the keys the larger table leaves out of the step come
-// in later steps.
+// so counting the matches already returned could skip a record; ordering them
+// cannot, and the keys the larger table leaves out of the step come in later
+// steps. Those later steps may return a key an earlier page showed (as SCAN may
+// return a key twice), so a complete listing may show a record on two pages; a
+// page never shows one twice.
 func (in *Inspector) List(ctx context.Context, q Query) (Page, error) {
 	if err := q.check(); err != nil {
 		return Page{}, err
@@ -152,6 +154,7 @@ func (in *Inspector) List(ctx context.Context, q Query) (Page, error) {
 		return Page{}, err
 	}
 	var page Page
+	shown := make(map[string]bool)
 	for {
 		sp, err := in.store.ScanRecords(ctx, consumer.ScanQuery{Scope: q.Scope, Cursor: step, Count: q.ScanCount})
 		if err != nil {
@@ -165,6 +168,7 @@ func (in *Inspector) List(ctx context.Context, q Query) (Page, error) {
 			}
 		}
 		slices.SortFunc(matches, func(a, b Record) int { return strings.Compare(recordID(a), recordID(b)) })
+		matches = slices.CompactFunc(matches, func(a, b Record) bool { return recordID(a) == recordID(b) })
 		if after != "" {
 			i, _ := slices.BinarySearchFunc(matches, after, func(r Record, id string) int { return strings.Compare(recordID(r), id) })
 			for i < len(matches) && recordID(matches[i]) <= after {
@@ -172,12 +176,16 @@ func (in *Inspector) List(ctx context.Context, q Query) (Page, error) {
 			}
 			matches = matches[i:]
 		}
+		matches = slices.DeleteFunc(matches, func(r Record) bool { return shown[recordID(r)] })
 		if need := q.Limit - len(page.Records); len(matches) > need {
 			page.Records = append(page.Records, matches[:need]...)
 			page.Next = cursor(step, recordID(matches[need-1]))
 			return page, nil
 		}
 		page.Records = append(page.Records, matches...)
+		for _, r := range matches {
+			shown[recordID(r)] = true
+		}
 		if sp.Next == "" {
 			return page, nil
 		}

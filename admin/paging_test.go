@@ -3,6 +3,7 @@ package admin_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 
@@ -107,5 +108,47 @@ func TestListPagesThroughAStepThatChanges(t *testing.T) {
 	}
 	if _, err := in.List(ctx, admin.Query{Scope: "s", Cursor: "3/a"}); err == nil {
 		t.Error("a cursor no listing returned was accepted")
+	}
+}
+
+// repeatingStore answers as Redis SCAN may while its table shrinks: a later step
+// returns keys an earlier one did, and one step returns a key twice.
+type repeatingStore struct{ *memory.Store }
+
+func (s repeatingStore) ScanRecords(_ context.Context, q consumer.ScanQuery) (consumer.ScanPage, error) {
+	switch q.Cursor {
+	case "":
+		return page([]string{"k2", "k0", "k1", "k3"}, "a"), nil
+	case "a":
+		return page([]string{"k4", "k1", "k5", "k4", "k3"}, "b"), nil
+	case "b":
+		return page([]string{"k6", "k0"}, ""), nil
+	}
+	return consumer.ScanPage{}, fmt.Errorf("unknown cursor %q", q.Cursor)
+}
+
+// A page never shows a record twice, though its scan steps return one twice.
+func TestListPageShowsARecordOnce(t *testing.T) {
+	ms, err := memory.NewStore(consumer.WithScope("s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := admin.New(repeatingStore{ms})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, limit := range []int{100, 6, 5} {
+		p, err := in.List(context.Background(), admin.Query{Scope: "s", Limit: limit})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, r := range p.Records {
+			got = append(got, string(r.Key))
+		}
+		want := []string{"k0", "k1", "k2", "k3", "k4", "k5", "k6"}[:min(limit, 7)]
+		if !slices.Equal(got, want) {
+			t.Errorf("a page of at most %d: %v, want %v", limit, got, want)
+		}
 	}
 }

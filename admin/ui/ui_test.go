@@ -31,6 +31,7 @@ func TestUIRedis(t *testing.T) {
 		New: func(t *testing.T, opts ...consumer.Option) (admintest.Store, error) {
 			return redisstore.NewStore(c, append([]consumer.Option{consumer.WithPrefix(testenv.Prefix(t))}, opts...)...)
 		},
+		ScanRepeats: true,
 	})
 }
 

@@ -104,31 +104,34 @@ func testBounded(t *testing.T, fx admintest.Fixtures) {
 	if !strings.Contains(page, "A page shows at most 500 records") || !strings.Contains(page, `id="next"`) {
 		t.Errorf("the capped page does not say so or has no next link")
 	}
-	seen := map[string]bool{}
-	for _, r := range []string{page} {
+	// Each page shows a record once. A store whose scan may return a record
+	// twice (fx.ScanRepeats) may show one on two pages, but fewer than a page of
+	// them: a next link that started the listing again would repeat them all.
+	seen, pages, repeated := map[string]bool{}, 0, 0
+	for page := page; ; page = e.get(hiddenLink(t, page), http.StatusOK) {
+		pages++
 		for _, k := range ks {
-			if strings.Contains(r, ">"+string(k)+"<") {
-				seen[string(k)] = true
+			n := strings.Count(page, ">"+string(k)+"<")
+			switch {
+			case n > 1:
+				t.Errorf("%s is on page %d %d times", k, pages, n)
+			case n == 1 && seen[string(k)]:
+				repeated++
+				if !fx.ScanRepeats {
+					t.Errorf("%s is on page %d and on an earlier one", k, pages)
+				}
 			}
+			seen[string(k)] = seen[string(k)] || n > 0
+		}
+		if !strings.Contains(page, `id="next"`) || pages > len(ks) {
+			break
 		}
 	}
-	next := hiddenLink(t, page)
-	rest := e.get(next, http.StatusOK)
-	for _, k := range ks {
-		if strings.Contains(rest, ">"+string(k)+"<") {
-			if seen[string(k)] {
-				t.Errorf("%s is on both pages", k)
-			}
-			seen[string(k)] = true
-		}
+	if repeated > 0 {
+		t.Logf("the listing showed %d records on two pages", repeated)
 	}
-	for page := rest; strings.Contains(page, `id="next"`); {
-		page = e.get(hiddenLink(t, page), http.StatusOK)
-		for _, k := range ks {
-			if strings.Contains(page, ">"+string(k)+"<") {
-				seen[string(k)] = true
-			}
-		}
+	if pages < 3 || repeated >= 500 {
+		t.Errorf("the listing took %d pages and showed %d records again, want 3 or more pages and fewer than 500 again", pages, repeated)
 	}
 	if len(seen) != len(ks) {
 		t.Errorf("paging through the listing found %d of %d records", len(seen), len(ks))
@@ -184,3 +187,4 @@ func hiddenLink(t *testing.T, page string) string {
 	t.Fatalf("no next link on the page")
 	return ""
 }
+
