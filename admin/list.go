@@ -234,9 +234,11 @@ type StatsQuery struct {
 	// Scope limits the count to one scope; "" counts every scope.
 	Scope string
 	// MaxRecords stops the count after this many records, and marks it Sampled.
-	// Default 1,000,000.
+	// Default 1,000,000. The count stops at the end of a scan step, so it may
+	// read a step's worth more.
 	MaxRecords int
-	// ScanCount is how many keys one scan step examines. Default 1000.
+	// ScanCount is how many keys one scan step examines. Default 1000, or
+	// MaxRecords when that is smaller.
 	ScanCount int
 	// MaxNotes is how many of the newest operator notes Stats.Notes keeps.
 	// Default 20.
@@ -293,7 +295,7 @@ func (in *Inspector) Stats(ctx context.Context, q StatsQuery) (Stats, error) {
 		q.MaxNotes = 20
 	}
 	if q.ScanCount == 0 {
-		q.ScanCount = consumer.DefaultScanCount
+		q.ScanCount = min(consumer.DefaultScanCount, q.MaxRecords)
 	}
 	start := time.Now()
 	st := Stats{Scope: q.Scope, Counts: make(map[string]int), KeysOnServer: -1, ByScope: make(map[string]map[string]int),

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -138,7 +140,7 @@ func testBounded(t *testing.T, fx admintest.Fixtures) {
 	}
 
 	first := section(t, e.get(prefix+"/", http.StatusOK), "counted")
-	if !strings.Contains(first, "Sampled:") || strings.Contains(first, "1100") {
+	if !strings.Contains(first, "Sampled:") || strings.Contains(first, "Full count") || !sampledAtMost(first, 3*100) {
 		t.Errorf("the first view of a store larger than the sample:\n%s", first)
 	}
 	deadline := time.Now().Add(time.Minute)
@@ -188,3 +190,14 @@ func hiddenLink(t *testing.T, page string) string {
 	return ""
 }
 
+// sampledAtMost says the overview's count section names a sample of at most n
+// records (a view's own count ends at the end of a scan step, so it may read
+// somewhat more than its sample).
+func sampledAtMost(section string, n int) bool {
+	m := regexp.MustCompile(`the first (\d+) records the scan met`).FindStringSubmatch(section)
+	if m == nil {
+		return false
+	}
+	got, err := strconv.Atoi(m[1])
+	return err == nil && got > 0 && got <= n
+}
