@@ -89,7 +89,9 @@ type OutcomeEvent struct {
 	Duration time.Duration // from the claim call to the settlement
 	// Carrier holds the message's headers when a broker adapter delivered it, so
 	// that a tracer can link an execution that ran no handler (a duplicate) to its
-	// producer; nil otherwise.
+	// producer; nil otherwise. It reads the headers in place, so an observer
+	// that keeps it keeps the whole delivered message in memory: copy what it
+	// needs with Get instead.
 	Carrier Carrier
 }
 
