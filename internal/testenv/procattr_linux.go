@@ -13,3 +13,9 @@ import "syscall"
 func serverAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 }
+
+// ownerGone says the process pid has exited, and with it (Pdeathsig) every
+// server it started.
+func ownerGone(pid int) bool {
+	return syscall.Kill(pid, 0) == syscall.ESRCH
+}

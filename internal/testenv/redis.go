@@ -106,7 +106,7 @@ func startRedis(extra []string) (*Server, error) {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "idemkit-redis-")
+	dir, err := serverDir("idemkit-redis-")
 	if err != nil {
 		return nil, err
 	}
@@ -325,7 +325,7 @@ func (s *Sentinel) Client(t testing.TB) *redis.Client {
 }
 
 func startSentinel(name string, primary *Server) (*Server, error) {
-	dir, err := os.MkdirTemp("", "idemkit-sentinel-")
+	dir, err := serverDir("idemkit-sentinel-")
 	if err != nil {
 		return nil, err
 	}

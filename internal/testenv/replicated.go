@@ -125,7 +125,7 @@ func (s *ReplicatedSentinel) Failover(t testing.TB, within time.Duration) {
 // startSentinelAfter starts a Sentinel that monitors primary under name and judges
 // it down after downAfter.
 func startSentinelAfter(name string, primary *Server, downAfter time.Duration) (*Server, error) {
-	dir, err := os.MkdirTemp("", "idemkit-sentinel-")
+	dir, err := serverDir("idemkit-sentinel-")
 	if err != nil {
 		return nil, err
 	}
