@@ -16,7 +16,9 @@
 //   - Records: the records a filter selects (scope, state, age, error kind, owner
 //     prefix, key prefix, lease ran out), paged by the store's own cursor with
 //     admin.Inspector.List: a page reads at most 20,000 records, never the whole
-//     store, and shows at most 500. Its columns are those of idemkit list.
+//     store, and shows at most 500, each once. On Redis a record may show on two
+//     pages, as SCAN may return a key twice while the server resizes its table.
+//     Its columns are those of idemkit list.
 //   - Record: everything idemkit inspect shows. The stored result is hidden until
 //     asked for (it may hold personal data).
 //   - Replay plans: the JSON files idemkit plan --out wrote in a directory
