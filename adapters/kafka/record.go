@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"hash/maphash"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/internal/kafkaconf"
 	"github.com/idemkit/idemkit/internal/observe"
 	"github.com/idemkit/idemkit/internal/retry"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -108,11 +108,11 @@ func (c *Consumer[V, T]) take(fp kgo.FetchTopicPartition) {
 	for i, rec := range recs {
 		rs[i].rec, rs[i].p, rs[i].Context = rec, p, p.ctx
 	}
+	if c.cfg.KeyFunc == nil {
+		kafkaconf.HeaderKeys(recs, c.cfg.KeyHeader, func(i int, k consumer.Key) { rs[i].key, rs[i].keyed = k, true })
+	}
 	clear(recs) // keep no record alive through the buffer
 	c.fetched = recs[:0]
-	if c.cfg.KeyFunc == nil {
-		headerKeys(rs, c.cfg.KeyHeader)
-	}
 	for i := range rs {
 		c.prepare(&rs[i])
 	}
@@ -130,44 +130,7 @@ func (c *Consumer[V, T]) take(fp kgo.FetchTopicPartition) {
 	}
 }
 
-// headerKeys sets the key of each record that has the header name to its value.
-// The keys are cut from one string: one allocation per fetch, not one per record.
-func headerKeys[V any](rs []record[V], name string) {
-	n := 0
-	for i := range rs {
-		if v, ok := header(rs[i].rec, name); ok {
-			n += len(v)
-		}
-	}
-	var b strings.Builder
-	b.Grow(n)
-	for i := range rs {
-		if v, ok := header(rs[i].rec, name); ok {
-			b.Write(v)
-			rs[i].keyed = true
-		}
-	}
-	all, at := b.String(), 0
-	for i := range rs {
-		if rs[i].keyed {
-			v, _ := header(rs[i].rec, name)
-			rs[i].key = consumer.Key(all[at : at+len(v)])
-			at += len(v)
-		}
-	}
-}
-
-// header is the value of rec's first header called name.
-func header(rec *kgo.Record, name string) ([]byte, bool) {
-	for _, h := range rec.Headers {
-		if h.Key == name {
-			return h.Value, true
-		}
-	}
-	return nil, false
-}
-
-// prepare decodes r's record, finds its key (unless headerKeys found it) and names
+// prepare decodes r's record, finds its key (unless its key header named it) and names
 // its lane.
 func (c *Consumer[V, T]) prepare(r *record[V]) {
 	rec := r.rec

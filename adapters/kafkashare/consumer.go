@@ -286,13 +286,8 @@ func (c *Consumer[V, T]) member(ctx context.Context, cl *kgo.Client) {
 	cancel()
 }
 
-// headerKey is the record's key header, or, without one, a key derived from the
+// coordinatesKey is the key of a record without a key header: derived from the
 // share group and the record's coordinates.
-func (c *Consumer[V, T]) headerKey(rec *kgo.Record) consumer.Key {
-	for _, h := range rec.Headers {
-		if h.Key == c.cfg.KeyHeader {
-			return consumer.Key(h.Value)
-		}
-	}
+func (c *Consumer[V, T]) coordinatesKey(rec *kgo.Record) consumer.Key {
 	return consumer.NewKey(coordinatesNS, c.group, rec.Topic, strconv.Itoa(int(rec.Partition)), strconv.FormatInt(rec.Offset, 10))
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit/consumer"
+	"github.com/idemkit/idemkit/internal/kafkaconf"
 	"github.com/idemkit/idemkit/internal/observe"
 	"github.com/idemkit/idemkit/internal/retry"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -37,6 +38,7 @@ type held[V any] struct {
 	rec      *kgo.Record
 	v        V
 	key      consumer.Key
+	keyed    bool            // key is the record's key header's, set when the poll began
 	count    int32           // the broker's delivery count
 	msg      observe.Message // its headers and origin, for the engine's events and tracers
 	deadline atomic.Int64    // unix nanos: the acquisition lock's end as far as we know
@@ -72,6 +74,9 @@ func newPoll[V, T any](c *Consumer[V, T], cl *kgo.Client, recs []*kgo.Record) *p
 	p := &poll[V, T]{c: c, cl: cl, recs: make([]*held[V], len(recs)), done: make(chan struct{})}
 	p.settle = p.settled
 	hs := make([]held[V], len(recs))
+	if c.cfg.KeyFunc == nil {
+		kafkaconf.HeaderKeys(recs, c.cfg.KeyHeader, func(i int, k consumer.Key) { hs[i].key, hs[i].keyed = k, true })
+	}
 	var latest time.Time
 	for i, rec := range recs {
 		h := &hs[i]
@@ -247,16 +252,18 @@ func (p *poll[V, T]) prepare(h *held[V]) (V, string, error) {
 	c := p.c
 	v, err := c.decode(h.rec)
 	if err != nil {
+		h.key = "" // an undecodable record's dead letter names no idemkit key
 		return v, "UNDECODABLE", err
 	}
-	key := c.headerKey(h.rec)
-	if c.cfg.KeyFunc != nil {
-		key, err = c.cfg.KeyFunc(h.rec, v)
+	switch {
+	case c.cfg.KeyFunc != nil:
+		h.key, err = c.cfg.KeyFunc(h.rec, v)
+	case !h.keyed:
+		h.key = c.coordinatesKey(h.rec)
 	}
 	if err == nil {
-		err = key.Validate()
+		err = h.key.Validate()
 	}
-	h.key = key
 	if err != nil {
 		return v, "NO_KEY", err
 	}

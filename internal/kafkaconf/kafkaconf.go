@@ -4,6 +4,7 @@
 // function, dead-letter topic names, backoff, logger) and the store's scope. Each
 // adapter keeps its own error type: it passes the function that makes its
 // configuration errors, and the messages name the options as its users write them.
+// Both also read the key header of a fetch's records alike (HeaderKeys).
 package kafkaconf
 
 import (
